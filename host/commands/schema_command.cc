@@ -1,0 +1,85 @@
+// strata schema: canonicalize schema strings.
+#include <QCommandLineParser>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTextStream>
+
+#include <cstdio>
+
+#include "commands/commands.h"
+#include "schema_json.h"
+#include "strata/schema.h"
+
+namespace strata::host {
+
+namespace {
+
+// One input -> one output line. Returns false when the input is invalid.
+bool canonicalize(const QString& input, bool json, QTextStream& out) {
+  const std::string text = input.toStdString();
+  try {
+    const FunctionSchema schema = parseSchema(text);
+    if (json) {
+      QJsonObject o = toJson(schema);
+      o["input"] = input;
+      o["ok"] = true;
+      out << QJsonDocument(o).toJson(QJsonDocument::Compact) << "\n";
+    } else {
+      out << QString::fromStdString(schema.str()) << "\n";
+    }
+    return true;
+  } catch (const SchemaError& e) {
+    if (json) {
+      QJsonObject error{{"column", static_cast<qint64>(e.column())},
+                        {"reason", QString::fromStdString(e.reason())}};
+      QJsonObject o{{"input", input}, {"ok", false}, {"error", error}};
+      out << QJsonDocument(o).toJson(QJsonDocument::Compact) << "\n";
+    } else {
+      out << "error: " << e.column() << ": " << QString::fromStdString(e.reason()) << "\n";
+    }
+    return false;
+  }
+}
+
+}  // namespace
+
+int runSchemaCommand(const QStringList& args) {
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      "Parse operator schemas and print each in the canonical form PyTorch prints.\n"
+      "Schemas come from the arguments or, when there are none, one per line on\n"
+      "standard input (blank lines are skipped). Each input gives one output line;\n"
+      "an invalid one prints 'error: <column>: <reason>'. The exit status is 1 if\n"
+      "any input was invalid, 2 for a bad command line.");
+  parser.addHelpOption();
+  parser.addOption({"json", "Print the parsed structure, one JSON object per line."});
+  parser.addPositionalArgument("schema", "Schema strings, e.g. 'mylib::foo(Tensor x) -> Tensor'.",
+                               "[SCHEMA...]");
+  QTextStream out(stdout);
+  QTextStream err(stderr);
+  if (!parser.parse(args)) {
+    err << args.first() << ": " << parser.errorText() << "\n" << parser.helpText();
+    return kExitUsage;
+  }
+  if (parser.isSet("help")) {
+    out << parser.helpText();
+    return kExitOk;
+  }
+  const bool json = parser.isSet("json");
+  bool all_valid = true;
+  const QStringList inputs = parser.positionalArguments();
+  if (!inputs.isEmpty()) {
+    for (const QString& s : inputs) all_valid = canonicalize(s, json, out) && all_valid;
+    return all_valid ? kExitOk : kExitInvalidInput;
+  }
+  QTextStream in(stdin);
+  QString line;
+  while (in.readLineInto(&line)) {
+    if (line.trimmed().isEmpty()) continue;
+    all_valid = canonicalize(line, json, out) && all_valid;
+    out.flush();
+  }
+  return all_valid ? kExitOk : kExitInvalidInput;
+}
+
+}  // namespace strata::host

@@ -1,0 +1,61 @@
+// strata: the command-line entry point. Dispatches to a subcommand.
+#include <QCoreApplication>
+#include <QTextStream>
+
+#include <cstdio>
+
+#include "commands/commands.h"
+
+namespace {
+
+struct Subcommand {
+  const char* name;
+  const char* summary;
+  int (*run)(const QStringList&);
+};
+
+constexpr Subcommand kSubcommands[] = {
+    {"schema", "Canonicalize operator schemas (arguments or one per line on stdin)",
+     &strata::host::runSchemaCommand},
+    {"demo", "Show the SDK's values: tensors, DLPack, IValues, schemas", &strata::host::runDemoCommand},
+};
+
+void printUsage(QTextStream& out) {
+  out << "Usage: strata <command> [options]\n\n"
+      << "Strata: an operator dispatcher and plugin host.\n\nCommands:\n";
+  for (const Subcommand& c : kSubcommands) {
+    out << "  " << QString::fromLatin1(c.name).leftJustified(10) << c.summary << "\n";
+  }
+  out << "\nRun 'strata <command> --help' for a command's options.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  QCoreApplication app(argc, argv);
+  QCoreApplication::setApplicationName("strata");
+  QCoreApplication::setApplicationVersion("0.1.0");
+
+  const QStringList args = QCoreApplication::arguments();
+  QTextStream out(stdout);
+  QTextStream err(stderr);
+  if (args.size() < 2 || args[1] == "--help" || args[1] == "-h" || args[1] == "help") {
+    printUsage(args.size() < 2 ? err : out);
+    return args.size() < 2 ? strata::host::kExitUsage : strata::host::kExitOk;
+  }
+  if (args[1] == "--version") {
+    out << "strata " << QCoreApplication::applicationVersion() << "\n";
+    return strata::host::kExitOk;
+  }
+  for (const Subcommand& c : kSubcommands) {
+    if (args[1] == QLatin1String(c.name)) {
+      QStringList sub = args.mid(2);
+      sub.prepend(QStringLiteral("strata ") + c.name);
+      out.flush();
+      return c.run(sub);
+    }
+  }
+  err << "strata: unknown command '" << args[1] << "'\n\n";
+  printUsage(err);
+  return strata::host::kExitUsage;
+}

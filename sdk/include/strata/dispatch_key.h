@@ -1,0 +1,131 @@
+// Dispatch keys and key sets.
+//
+// Note [Dispatch key order]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// A DispatchKeySet is a 64-bit mask with one bit per runtime key; the bit index is
+// the key's enum value, and the highest set bit is the key that runs. The order is
+// PyTorch's, highest priority first:
+//
+//   Batched (vmap) > AutocastCUDA > AutocastCPU > AutogradCUDA > AutogradCPU >
+//   AutogradMeta > Mode (dispatch modes) > Meta > PrivateUse1 > CUDA > CPU
+//
+// so vmap sees an op before autocast, autocast before autograd, and dispatch modes
+// see ops after autograd and autocast have done their work. The values leave gaps
+// between the groups so that keys can be added later without renumbering the ones
+// users already compiled against. Undefined (0) has no bit.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "strata/device.h"
+#include "strata/export.h"
+
+namespace strata {
+
+enum class DispatchKey : uint8_t {
+  Undefined = 0,
+  // Backends.
+  CPU = 4,
+  CUDA = 6,
+  PrivateUse1 = 8,
+  Meta = 10,
+  // Functionality between backends and autograd.
+  Mode = 20,
+  // Autograd, one per backend.
+  AutogradMeta = 28,
+  AutogradCPU = 30,
+  AutogradCUDA = 32,
+  // Autocast, one per device type.
+  AutocastCPU = 40,
+  AutocastCUDA = 42,
+  // vmap.
+  Batched = 50,
+};
+
+inline constexpr int kNumDispatchKeyBits = 64;
+
+STRATA_API const char* toString(DispatchKey k);
+
+// The backend key for a device type (CPU -> CPU, CUDA -> CUDA, ...).
+constexpr DispatchKey backendKey(DeviceType t) {
+  switch (t) {
+    case DeviceType::CPU:
+      return DispatchKey::CPU;
+    case DeviceType::CUDA:
+      return DispatchKey::CUDA;
+    case DeviceType::Meta:
+      return DispatchKey::Meta;
+    case DeviceType::PrivateUse1:
+      return DispatchKey::PrivateUse1;
+  }
+  return DispatchKey::Undefined;
+}
+
+// The autograd key paired with a device type. PrivateUse1 has none yet.
+constexpr DispatchKey autogradKey(DeviceType t) {
+  switch (t) {
+    case DeviceType::CPU:
+      return DispatchKey::AutogradCPU;
+    case DeviceType::CUDA:
+      return DispatchKey::AutogradCUDA;
+    case DeviceType::Meta:
+      return DispatchKey::AutogradMeta;
+    case DeviceType::PrivateUse1:
+      return DispatchKey::Undefined;
+  }
+  return DispatchKey::Undefined;
+}
+
+// A set of runtime keys. A value type: trivially copyable, constexpr throughout.
+// See Note [Dispatch key order].
+class DispatchKeySet {
+ public:
+  constexpr DispatchKeySet() = default;
+  constexpr explicit DispatchKeySet(DispatchKey k)
+      : repr_(k == DispatchKey::Undefined ? 0 : uint64_t{1} << static_cast<uint8_t>(k)) {}
+  constexpr DispatchKeySet(std::initializer_list<DispatchKey> keys) {
+    for (DispatchKey k : keys) repr_ |= DispatchKeySet(k).repr_;
+  }
+  static constexpr DispatchKeySet fromRaw(uint64_t raw) {
+    DispatchKeySet s;
+    s.repr_ = raw;
+    return s;
+  }
+  // Every key at or below k (k included): the mask a kernel at k uses to
+  // redispatch to the layers beneath it is the complement of this shifted by one.
+  static constexpr DispatchKeySet fullUpTo(DispatchKey k) {
+    const auto bit = static_cast<uint8_t>(k);
+    return fromRaw(bit >= 63 ? ~uint64_t{0} : ((uint64_t{1} << (bit + 1)) - 1) & ~uint64_t{1});
+  }
+
+  constexpr uint64_t raw() const { return repr_; }
+  constexpr bool empty() const { return repr_ == 0; }
+  constexpr bool has(DispatchKey k) const { return (repr_ & DispatchKeySet(k).repr_) != 0; }
+  constexpr DispatchKeySet add(DispatchKey k) const { return fromRaw(repr_ | DispatchKeySet(k).repr_); }
+  constexpr DispatchKeySet remove(DispatchKey k) const { return fromRaw(repr_ & ~DispatchKeySet(k).repr_); }
+
+  constexpr DispatchKeySet operator|(DispatchKeySet o) const { return fromRaw(repr_ | o.repr_); }
+  constexpr DispatchKeySet operator&(DispatchKeySet o) const { return fromRaw(repr_ & o.repr_); }
+  constexpr DispatchKeySet operator-(DispatchKeySet o) const { return fromRaw(repr_ & ~o.repr_); }
+  constexpr bool operator==(const DispatchKeySet&) const = default;
+
+  // The key that runs: the highest set bit, or Undefined for the empty set.
+  constexpr DispatchKey highestPriorityKey() const {
+    return repr_ == 0 ? DispatchKey::Undefined
+                      : static_cast<DispatchKey>(63 - std::countl_zero(repr_));
+  }
+
+  // "DispatchKeySet(AutogradCPU, CPU)", highest priority first.
+  STRATA_API std::string str() const;
+
+ private:
+  uint64_t repr_ = 0;
+};
+
+STRATA_API std::ostream& operator<<(std::ostream& os, DispatchKeySet ks);
+STRATA_API std::ostream& operator<<(std::ostream& os, DispatchKey k);
+
+}  // namespace strata

@@ -1,0 +1,275 @@
+// IValue: the boxed value of the boxed calling convention, and Stack, the argument
+// stack boxed kernels read their arguments from and push their results onto.
+//
+// An IValue is 16 bytes: a tag plus a payload that is either held inline (int,
+// double, bool, ScalarType, Device) or a reference to a ref-counted object
+// (Tensor, string, lists). Copies share that object; every list and string is
+// immutable once boxed, so sharing is invisible.
+//
+// Accessors are checked: asking an IValue for a type it does not hold throws
+// strata::Error(Type) naming both ("expected Tensor, got int").
+//
+// Thread safety: like a Tensor handle; an IValue may be copied across threads.
+#pragma once
+
+#include <complex>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strata/device.h"
+#include "strata/export.h"
+#include "strata/intrusive_ptr.h"
+#include "strata/scalar.h"
+#include "strata/scalar_type.h"
+#include "strata/tensor.h"
+
+namespace strata {
+
+class IValue;
+
+namespace ivalue {
+// Heap payloads. Not part of the API beyond these names.
+template <typename T>
+struct ListImpl final : intrusive_ptr_target {
+  explicit ListImpl(std::vector<T> v) : elements(std::move(v)) {}
+  const std::vector<T> elements;
+};
+struct StringImpl final : intrusive_ptr_target {
+  explicit StringImpl(std::string s) : str(std::move(s)) {}
+  const std::string str;
+};
+struct ComplexImpl final : intrusive_ptr_target {
+  explicit ComplexImpl(std::complex<double> v) : value(v) {}
+  const std::complex<double> value;
+};
+}  // namespace ivalue
+
+class STRATA_API IValue {
+ public:
+  enum class Tag : uint8_t {
+    None,
+    Tensor,
+    Int,
+    Double,
+    Bool,
+    String,
+    IntList,
+    DoubleList,
+    BoolList,
+    TensorList,
+    GenericList,  // a list of IValues (str[], Tensor?[], nested lists, ...)
+    ScalarType,
+    Device,
+    Complex,
+  };
+
+  IValue() noexcept : tag_(Tag::None) { payload_.i = 0; }
+  IValue(std::nullopt_t) noexcept : IValue() {}  // NOLINT
+  IValue(Tensor t) noexcept : tag_(Tag::Tensor) { payload_.p = std::move(t).unsafeReleaseTensorImpl(); }  // NOLINT
+  IValue(std::optional<Tensor> t) : IValue(t ? IValue(std::move(*t)) : IValue()) {}  // NOLINT
+  IValue(int64_t v) noexcept : tag_(Tag::Int) { payload_.i = v; }  // NOLINT
+  IValue(int32_t v) noexcept : IValue(static_cast<int64_t>(v)) {}  // NOLINT
+  IValue(double v) noexcept : tag_(Tag::Double) { payload_.d = v; }  // NOLINT
+  IValue(bool v) noexcept : tag_(Tag::Bool) { payload_.i = v; }  // NOLINT
+  IValue(const char* s) : IValue(std::string(s)) {}  // NOLINT
+  IValue(std::string_view s) : IValue(std::string(s)) {}  // NOLINT
+  IValue(std::string s);  // NOLINT
+  IValue(std::vector<int64_t> v);  // NOLINT
+  IValue(std::vector<double> v);  // NOLINT
+  IValue(std::vector<bool> v);  // NOLINT
+  IValue(std::vector<Tensor> v);  // NOLINT
+  IValue(std::vector<IValue> v);  // NOLINT: a generic list
+  IValue(ScalarType t) noexcept : tag_(Tag::ScalarType) { payload_.i = static_cast<int64_t>(t); }  // NOLINT
+  IValue(Device d) noexcept : tag_(Tag::Device) { payload_.device = d; }  // NOLINT
+  IValue(std::complex<double> v);  // NOLINT
+  // A Scalar boxes as the int, double or bool it holds.
+  IValue(const Scalar& s) noexcept;  // NOLINT
+  IValue(ArrayRef<int64_t> v) : IValue(std::vector<int64_t>(v.begin(), v.end())) {}  // NOLINT
+  IValue(ArrayRef<double> v) : IValue(std::vector<double>(v.begin(), v.end())) {}  // NOLINT
+  IValue(ArrayRef<Tensor> v) : IValue(std::vector<Tensor>(v.begin(), v.end())) {}  // NOLINT
+  template <typename T>
+  IValue(std::optional<T> v) : IValue(v ? IValue(std::move(*v)) : IValue()) {}  // NOLINT
+
+  IValue(const IValue& o) noexcept : tag_(o.tag_), payload_(o.payload_) { retain(); }
+  IValue(IValue&& o) noexcept : tag_(o.tag_), payload_(o.payload_) {
+    o.tag_ = Tag::None;
+    o.payload_.i = 0;
+  }
+  IValue& operator=(const IValue& o) noexcept {
+    IValue(o).swap(*this);
+    return *this;
+  }
+  IValue& operator=(IValue&& o) noexcept {
+    IValue(std::move(o)).swap(*this);
+    return *this;
+  }
+  ~IValue() { release(); }
+  void swap(IValue& o) noexcept {
+    std::swap(tag_, o.tag_);
+    std::swap(payload_, o.payload_);
+  }
+
+  Tag tag() const { return tag_; }
+  // The schema-language name of what this holds: "int", "Tensor", "float[]", ...
+  const char* typeName() const;
+  static const char* tagName(Tag t);
+
+  bool isNone() const { return tag_ == Tag::None; }
+  bool isTensor() const { return tag_ == Tag::Tensor; }
+  bool isInt() const { return tag_ == Tag::Int; }
+  bool isDouble() const { return tag_ == Tag::Double; }
+  bool isBool() const { return tag_ == Tag::Bool; }
+  bool isString() const { return tag_ == Tag::String; }
+  bool isIntList() const { return tag_ == Tag::IntList; }
+  bool isDoubleList() const { return tag_ == Tag::DoubleList; }
+  bool isBoolList() const { return tag_ == Tag::BoolList; }
+  bool isTensorList() const { return tag_ == Tag::TensorList; }
+  bool isGenericList() const { return tag_ == Tag::GenericList; }
+  bool isList() const {
+    return tag_ == Tag::IntList || tag_ == Tag::DoubleList || tag_ == Tag::BoolList ||
+           tag_ == Tag::TensorList || tag_ == Tag::GenericList;
+  }
+  bool isScalarType() const { return tag_ == Tag::ScalarType; }
+  bool isDevice() const { return tag_ == Tag::Device; }
+  bool isComplex() const { return tag_ == Tag::Complex; }
+  // int, double or bool: what a schema `Scalar` accepts.
+  bool isScalar() const { return tag_ == Tag::Int || tag_ == Tag::Double || tag_ == Tag::Bool; }
+
+  // Checked accessors. Each throws Error(Type) naming the expected and actual type.
+  Tensor toTensor() const& {
+    if (__builtin_expect(tag_ != Tag::Tensor, 0)) throwWrongType(Tag::Tensor);
+    return Tensor(intrusive_ptr<TensorImpl>(static_cast<TensorImpl*>(payload_.p)));
+  }
+  Tensor toTensor() && {
+    if (__builtin_expect(tag_ != Tag::Tensor, 0)) throwWrongType(Tag::Tensor);
+    tag_ = Tag::None;
+    return Tensor::unsafeReclaim(static_cast<TensorImpl*>(std::exchange(payload_.p, nullptr)));
+  }
+  // A reference valid while this IValue lives and holds the tensor; no refcount.
+  const TensorImpl* unsafeTensorImpl() const { return tag_ == Tag::Tensor ? static_cast<TensorImpl*>(payload_.p) : nullptr; }
+  // None -> nullopt, Tensor -> the tensor.
+  std::optional<Tensor> toOptionalTensor() const;
+  int64_t toInt() const {
+    if (__builtin_expect(tag_ != Tag::Int, 0)) throwWrongType(Tag::Int);
+    return payload_.i;
+  }
+  double toDouble() const {
+    if (__builtin_expect(tag_ != Tag::Double, 0)) throwWrongType(Tag::Double);
+    return payload_.d;
+  }
+  bool toBool() const {
+    if (__builtin_expect(tag_ != Tag::Bool, 0)) throwWrongType(Tag::Bool);
+    return payload_.i != 0;
+  }
+  const std::string& toStringRef() const;
+  std::string_view toStringView() const { return toStringRef(); }
+  const std::vector<int64_t>& toIntList() const;
+  const std::vector<double>& toDoubleList() const;
+  const std::vector<bool>& toBoolList() const;
+  const std::vector<Tensor>& toTensorList() const;
+  const std::vector<IValue>& toList() const;  // the generic list
+  // A ScalarType, or an int holding a valid ScalarType code (how schemas box dtypes).
+  ScalarType toScalarType() const;
+  Device toDevice() const;
+  std::complex<double> toComplex() const;
+  Scalar toScalar() const;
+
+  // The C++ value of type T (the types infer_schema maps), checked as above.
+  template <typename T>
+  T to() const;
+
+  // Deep equality for values and lists; tensors compare by identity (same impl).
+  friend STRATA_API bool operator==(const IValue& a, const IValue& b);
+  friend bool operator!=(const IValue& a, const IValue& b) { return !(a == b); }
+
+  // Python-like rendering: None, 1, 1.5, True, "str", [1, 2], float32, cpu, tensor(...).
+  std::string repr() const;
+
+ private:
+  bool isPtr() const {
+    return tag_ == Tag::Tensor || tag_ == Tag::String || tag_ == Tag::Complex || isList();
+  }
+  void retain() const noexcept {
+    if (isPtr() && payload_.p) intrusive_incref(payload_.p);
+  }
+  void release() noexcept {
+    if (isPtr() && payload_.p) intrusive_decref(payload_.p);
+  }
+  [[noreturn]] void throwWrongType(Tag expected) const;
+
+  Tag tag_;
+  union Payload {
+    int64_t i;
+    double d;
+    Device device;
+    intrusive_ptr_target* p;
+    Payload() : i(0) {}
+  } payload_;
+};
+
+namespace detail {
+// IValue -> C++ value for IValue::to<T>(); one specialization per supported type.
+template <typename T>
+struct IValueTo {
+  static_assert(sizeof(T) == 0, "IValue::to<T>(): T is not a type an IValue can hold");
+};
+#define STRATA_IVALUE_TO(T, expr)                 \
+  template <>                                     \
+  struct IValueTo<T> {                            \
+    static T get(const IValue& v) { return expr; } \
+  };
+STRATA_IVALUE_TO(IValue, v)
+STRATA_IVALUE_TO(Tensor, v.toTensor())
+STRATA_IVALUE_TO(int64_t, v.toInt())
+STRATA_IVALUE_TO(double, v.toDouble())
+STRATA_IVALUE_TO(bool, v.toBool())
+STRATA_IVALUE_TO(std::string, v.toStringRef())
+STRATA_IVALUE_TO(std::string_view, v.toStringView())
+STRATA_IVALUE_TO(std::vector<int64_t>, v.toIntList())
+STRATA_IVALUE_TO(std::vector<double>, v.toDoubleList())
+STRATA_IVALUE_TO(std::vector<bool>, v.toBoolList())
+STRATA_IVALUE_TO(std::vector<Tensor>, v.toTensorList())
+STRATA_IVALUE_TO(ArrayRef<int64_t>, ArrayRef<int64_t>(v.toIntList()))
+STRATA_IVALUE_TO(ArrayRef<double>, ArrayRef<double>(v.toDoubleList()))
+STRATA_IVALUE_TO(ArrayRef<Tensor>, ArrayRef<Tensor>(v.toTensorList()))
+STRATA_IVALUE_TO(ScalarType, v.toScalarType())
+STRATA_IVALUE_TO(Device, v.toDevice())
+STRATA_IVALUE_TO(Scalar, v.toScalar())
+STRATA_IVALUE_TO(std::complex<double>, v.toComplex())
+#undef STRATA_IVALUE_TO
+template <typename T>
+struct IValueTo<std::optional<T>> {
+  static std::optional<T> get(const IValue& v) {
+    if (v.isNone()) return std::nullopt;
+    return IValueTo<T>::get(v);
+  }
+};
+}  // namespace detail
+
+template <typename T>
+T IValue::to() const {
+  return detail::IValueTo<T>::get(*this);
+}
+
+STRATA_API std::ostream& operator<<(std::ostream& os, const IValue& v);
+
+// The argument stack of a boxed call: arguments in schema order on entry,
+// results in schema order on return.
+using Stack = std::vector<IValue>;
+
+template <typename... Args>
+inline void push(Stack& stack, Args&&... args) {
+  (stack.emplace_back(std::forward<Args>(args)), ...);
+}
+// Removes and returns the top value. Throws Error(Index) on an empty stack.
+STRATA_API IValue pop(Stack& stack);
+// The i-th of the last n values (0 = the deepest of them), by reference.
+STRATA_API IValue& peek(Stack& stack, size_t i, size_t n);
+// Drops the last n values. Throws Error(Index) when fewer are there.
+STRATA_API void drop(Stack& stack, size_t n);
+
+}  // namespace strata

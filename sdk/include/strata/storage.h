@@ -1,0 +1,50 @@
+// The memory behind tensors.
+//
+// A StorageImpl owns one allocation on one device, and views of a tensor share it.
+// Who frees the memory is decided by the DataPtr: the SDK's allocators free what
+// they allocated; storage imported from DLPack calls the producer's deleter.
+#pragma once
+
+#include <cstddef>
+
+#include "strata/device.h"
+#include "strata/export.h"
+#include "strata/intrusive_ptr.h"
+
+namespace strata {
+
+// A data pointer plus how to release it: deleter(ctx) runs once, when the storage
+// dies. ctx may differ from data (e.g. a DLManagedTensor*).
+struct DataPtr {
+  void* data = nullptr;
+  void* ctx = nullptr;
+  void (*deleter)(void* ctx) = nullptr;
+};
+
+// Thread safety: immutable after construction except through the data pointer.
+class STRATA_API StorageImpl final : public intrusive_ptr_target {
+ public:
+  StorageImpl(DataPtr ptr, size_t nbytes, Device device)
+      : ptr_(ptr), nbytes_(nbytes), device_(device) {}
+  ~StorageImpl() override;
+  StorageImpl(const StorageImpl&) = delete;
+  StorageImpl& operator=(const StorageImpl&) = delete;
+
+  void* data() const { return ptr_.data; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  DataPtr ptr_;
+  size_t nbytes_;
+  Device device_;
+};
+
+using Storage = intrusive_ptr<StorageImpl>;
+
+// Allocates nbytes on device (64-byte aligned on CPU; cudaMalloc on CUDA; no memory
+// at all on Meta). A CUDA device with index -1 resolves to the current device.
+// Throws strata::Error(Device) when the device is unavailable, naming the reason.
+STRATA_API Storage allocateStorage(size_t nbytes, Device device);
+
+}  // namespace strata

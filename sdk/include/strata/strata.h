@@ -1,0 +1,27 @@
+// Strata SDK: start here.
+//
+// The public SDK is the headers in this directory; this one includes them all.
+// Read them in this order:
+//   tensor.h        Tensor, its dtypes (scalar_type.h), devices (device.h), factories
+//   ivalue.h        IValue and Stack: the boxed calling convention
+//   schema.h        FunctionSchema: PyTorch's schema language, parsed and printed
+//   infer_schema.h  schemas from C++ kernel types
+//   dispatch_key.h  DispatchKey / DispatchKeySet and Note [Dispatch key order]
+//   dlpack.h        zero-copy exchange with other frameworks
+//   error.h         strata::Error, what every API throws
+#pragma once
+
+#include "strata/cuda.h"
+#include "strata/device.h"
+#include "strata/dispatch_key.h"
+#include "strata/dlpack.h"
+#include "strata/error.h"
+#include "strata/half.h"
+#include "strata/infer_schema.h"
+#include "strata/intrusive_ptr.h"
+#include "strata/ivalue.h"
+#include "strata/scalar.h"
+#include "strata/scalar_type.h"
+#include "strata/schema.h"
+#include "strata/storage.h"
+#include "strata/tensor.h"

@@ -1,0 +1,247 @@
+// Tensors: the values operators take and return.
+//
+// A Tensor is a handle (one pointer) to a ref-counted TensorImpl that holds sizes,
+// strides, a storage offset, a dtype and a shared Storage; its device is the
+// storage's. Copying a Tensor shares the impl; views (as_strided, view, transpose,
+// slice, ...) make a new impl over the same storage. A default-constructed Tensor
+// is undefined: every accessor but defined() throws on it.
+//
+// Each tensor carries its dispatch key set: the backend key of its device, plus
+// the matching autograd key when it requires grad. See Note [Dispatch key order].
+//
+// Thread safety: handles may be copied and destroyed from any thread; reading a
+// tensor's metadata concurrently is safe; writing one tensor's data or metadata
+// while another thread reads it is a data race, as in PyTorch.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "strata/device.h"
+#include "strata/dispatch_key.h"
+#include "strata/error.h"
+#include "strata/export.h"
+#include "strata/intrusive_ptr.h"
+#include "strata/scalar.h"
+#include "strata/scalar_type.h"
+#include "strata/storage.h"
+
+namespace strata {
+
+// A read-only view of sizes or strides (or any list argument).
+template <typename T>
+using ArrayRef = std::span<const T>;
+using IntArrayRef = ArrayRef<int64_t>;
+
+class STRATA_API TensorImpl final : public intrusive_ptr_target {
+ public:
+  // REQUIRES: sizes.size() == strides.size(); every size >= 0; the elements the
+  // sizes and strides reach lie inside storage (checked; throws strata::Error).
+  TensorImpl(Storage storage, ScalarType dtype, std::vector<int64_t> sizes,
+             std::vector<int64_t> strides, int64_t storage_offset);
+
+  IntArrayRef sizes() const { return sizes_; }
+  IntArrayRef strides() const { return strides_; }
+  int64_t storage_offset() const { return storage_offset_; }
+  int64_t numel() const { return numel_; }
+  int64_t dim() const { return static_cast<int64_t>(sizes_.size()); }
+  ScalarType dtype() const { return dtype_; }
+  Device device() const { return storage_->device(); }
+  const Storage& storage() const { return storage_; }
+  DispatchKeySet key_set() const { return key_set_; }
+  bool requires_grad() const { return requires_grad_; }
+  bool is_contiguous() const { return is_contiguous_; }
+
+  void set_requires_grad(bool r);
+
+ private:
+  Storage storage_;
+  std::vector<int64_t> sizes_;
+  std::vector<int64_t> strides_;
+  int64_t storage_offset_;
+  int64_t numel_;
+  ScalarType dtype_;
+  bool requires_grad_ = false;
+  bool is_contiguous_;
+  // Invariant: key_set_ == {backendKey(device())} | (requires_grad_ ? {autogradKey} : {}).
+  DispatchKeySet key_set_;
+};
+
+struct TensorOptions {
+  ScalarType dtype = ScalarType::Float;
+  Device device = kCPU;
+  bool requires_grad = false;
+
+  TensorOptions() = default;
+  TensorOptions(ScalarType t) : dtype(t) {}  // NOLINT: options(kInt64) reads well
+  TensorOptions(Device d) : device(d) {}     // NOLINT
+  TensorOptions(DeviceType d) : device(d) {}  // NOLINT
+  TensorOptions with_dtype(ScalarType t) const { auto o = *this; o.dtype = t; return o; }
+  TensorOptions with_device(Device d) const { auto o = *this; o.device = d; return o; }
+  TensorOptions with_requires_grad(bool r) const { auto o = *this; o.requires_grad = r; return o; }
+};
+
+class STRATA_API Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(intrusive_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return static_cast<bool>(impl_); }
+  TensorImpl* unsafeGetTensorImpl() const { return impl_.get(); }
+  const intrusive_ptr<TensorImpl>& getIntrusivePtr() const { return impl_; }
+  // Gives up this handle's reference (null for an undefined tensor); pair it with
+  // unsafeReclaim. IValue stores tensors this way.
+  TensorImpl* unsafeReleaseTensorImpl() && { return impl_.release(); }
+  static Tensor unsafeReclaim(TensorImpl* impl) { return Tensor(intrusive_ptr<TensorImpl>::reclaim(impl)); }
+
+  // --- Metadata. Each throws strata::Error(Value) on an undefined tensor. ---
+  IntArrayRef sizes() const { return impl().sizes(); }
+  IntArrayRef strides() const { return impl().strides(); }
+  // dim may be negative (counts from the end); throws Error(Index) when out of range.
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return impl().dim(); }
+  int64_t numel() const { return impl().numel(); }
+  int64_t storage_offset() const { return impl().storage_offset(); }
+  ScalarType dtype() const { return impl().dtype(); }
+  ScalarType scalar_type() const { return impl().dtype(); }
+  size_t element_size() const { return elementSize(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  Device device() const { return impl().device(); }
+  bool is_cpu() const { return device().is_cpu(); }
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_meta() const { return device().is_meta(); }
+  bool is_contiguous() const { return impl().is_contiguous(); }
+  DispatchKeySet key_set() const { return impl().key_set(); }
+  bool requires_grad() const { return impl().requires_grad(); }
+  // Sets requires_grad and with it the autograd key; only floating dtypes may
+  // require grad (Error(Type) otherwise). Returns *this.
+  const Tensor& set_requires_grad(bool r) const;
+  const Storage& storage() const { return impl().storage(); }
+  // True when both share one storage.
+  bool is_alias_of(const Tensor& other) const { return storage().get() == other.storage().get(); }
+
+  // --- Data. ---
+  // Pointer to the first element. Throws Error(Device) on a meta tensor, which
+  // has no data, and Error(Type) from the typed form when T is not the dtype.
+  void* data_ptr() const;
+  template <typename T>
+  T* data_ptr() const {
+    STRATA_CHECK(CppTypeToScalarType<std::remove_const_t<T>>::value == dtype(), Type,
+                 "data_ptr<", toString(CppTypeToScalarType<std::remove_const_t<T>>::value),
+                 ">() called on a tensor of dtype ", toString(dtype()));
+    return static_cast<T*>(data_ptr());
+  }
+  // The single element of a one-element tensor on any device with data.
+  Scalar item() const;
+  // The elements in row-major order, copied to the host. T must be the dtype.
+  template <typename T>
+  std::vector<T> to_vector() const {
+    const Tensor c = to(kCPU).contiguous();
+    const T* p = c.data_ptr<T>();
+    return std::vector<T>(p, p + c.numel());
+  }
+
+  // --- Views: share storage with *this. ---
+  Tensor as_strided(IntArrayRef sizes, IntArrayRef strides,
+                    std::optional<int64_t> storage_offset = std::nullopt) const;
+  // sizes may hold one -1 to infer. Needs a contiguous tensor (Error(Value) else:
+  // use reshape).
+  Tensor view(IntArrayRef sizes) const;
+  Tensor view(std::initializer_list<int64_t> sizes) const { return view(IntArrayRef(sizes.begin(), sizes.size())); }
+  // A view when possible, otherwise a contiguous copy.
+  Tensor reshape(IntArrayRef sizes) const;
+  Tensor reshape(std::initializer_list<int64_t> sizes) const { return reshape(IntArrayRef(sizes.begin(), sizes.size())); }
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor permute(IntArrayRef dims) const;
+  Tensor permute(std::initializer_list<int64_t> dims) const { return permute(IntArrayRef(dims.begin(), dims.size())); }
+  // Elements start, start+step, ... < end along dim; start/end clamp like Python.
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor unsqueeze(int64_t dim) const;
+
+  // --- Copies. ---
+  // *this if contiguous, else a contiguous copy on the same device.
+  Tensor contiguous() const;
+  // A contiguous copy on the same device.
+  Tensor clone() const;
+  // Copies src into *this, converting dtype and crossing devices.
+  // REQUIRES: same sizes. A meta destination accepts any source (it has no data);
+  // a meta source into a non-meta destination is Error(Device).
+  const Tensor& copy_(const Tensor& src) const;
+  const Tensor& fill_(const Scalar& value) const;
+  const Tensor& zero_() const { return fill_(Scalar(int64_t{0})); }
+  // *this when nothing changes, else a converted copy.
+  Tensor to(Device device) const;
+  Tensor to(ScalarType dtype) const;
+  Tensor to(Device device, ScalarType dtype) const;
+
+  // Same sizes, dtype and values (any devices with data; NaN != NaN).
+  bool equal(const Tensor& other) const;
+
+  // "tensor([[1., 2.], [3., 4.]])", with dtype/device when not float32/cpu.
+  std::string str() const;
+
+ private:
+  const TensorImpl& impl() const {
+    if (__builtin_expect(!impl_, 0)) throwUndefined();
+    return *impl_;
+  }
+  [[noreturn]] static void throwUndefined();
+  intrusive_ptr<TensorImpl> impl_;
+};
+
+STRATA_API std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// --- Factories. Each throws strata::Error on a negative size or an unavailable
+// device. ---
+STRATA_API Tensor empty(IntArrayRef sizes, TensorOptions options = {});
+STRATA_API Tensor empty_strided(IntArrayRef sizes, IntArrayRef strides, TensorOptions options = {});
+STRATA_API Tensor zeros(IntArrayRef sizes, TensorOptions options = {});
+STRATA_API Tensor ones(IntArrayRef sizes, TensorOptions options = {});
+STRATA_API Tensor full(IntArrayRef sizes, const Scalar& value, TensorOptions options = {});
+// [0, end), [start, end) by step. The dtype defaults to int64 when every bound is
+// integral and float32 otherwise, as torch.arange does.
+STRATA_API Tensor arange(const Scalar& end, std::optional<TensorOptions> options = std::nullopt);
+STRATA_API Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = Scalar(int64_t{1}),
+                         std::optional<TensorOptions> options = std::nullopt);
+
+inline Tensor empty(std::initializer_list<int64_t> s, TensorOptions o = {}) { return empty(IntArrayRef(s.begin(), s.size()), o); }
+inline Tensor zeros(std::initializer_list<int64_t> s, TensorOptions o = {}) { return zeros(IntArrayRef(s.begin(), s.size()), o); }
+inline Tensor ones(std::initializer_list<int64_t> s, TensorOptions o = {}) { return ones(IntArrayRef(s.begin(), s.size()), o); }
+inline Tensor full(std::initializer_list<int64_t> s, const Scalar& v, TensorOptions o = {}) { return full(IntArrayRef(s.begin(), s.size()), v, o); }
+
+// A tensor holding a copy of values, shaped sizes (default: 1-d), dtype from T,
+// placed on options.device (options.dtype is ignored: the data decides it).
+// Throws Error(Value) when sizes do not multiply to values.size().
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, std::optional<std::vector<int64_t>> sizes = std::nullopt,
+                   TensorOptions options = {});
+
+namespace detail {
+STRATA_API Tensor fromHostBuffer(const void* data, size_t count, ScalarType dtype,
+                                 std::optional<std::vector<int64_t>> sizes, TensorOptions options);
+}  // namespace detail
+
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, std::optional<std::vector<int64_t>> sizes,
+                   TensorOptions options) {
+  if constexpr (std::is_same_v<T, bool>) {
+    // std::vector<bool> packs bits: widen to one byte per element first.
+    std::vector<uint8_t> bytes(values.begin(), values.end());
+    return detail::fromHostBuffer(bytes.data(), bytes.size(), ScalarType::Bool, std::move(sizes), options);
+  } else {
+    return detail::fromHostBuffer(values.data(), values.size(), CppTypeToScalarType<T>::value,
+                                  std::move(sizes), options);
+  }
+}
+
+// Contiguous strides for sizes (row-major).
+STRATA_API std::vector<int64_t> contiguousStrides(IntArrayRef sizes);
+
+}  // namespace strata

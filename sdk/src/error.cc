@@ -1,0 +1,31 @@
+#include "strata/error.h"
+
+#include <utility>
+
+namespace strata {
+
+const char* toString(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::Value: return "ValueError";
+    case ErrorKind::Type: return "TypeError";
+    case ErrorKind::Index: return "IndexError";
+    case ErrorKind::NotImplemented: return "NotImplementedError";
+    case ErrorKind::Schema: return "SchemaError";
+    case ErrorKind::Device: return "DeviceError";
+    case ErrorKind::Internal: return "InternalError";
+  }
+  return "Error";
+}
+
+namespace detail {
+void throwError(ErrorKind kind, std::string message) { throw Error(kind, message); }
+
+void internalAssertFail(const char* cond, const char* file, int line, std::string message) {
+  throw Error(ErrorKind::Internal,
+              concat("internal assert failed: ", cond, " at ", file, ":", line,
+                     message.empty() ? "" : ": ", message,
+                     " (this is a bug in strata, please report it)"));
+}
+}  // namespace detail
+
+}  // namespace strata

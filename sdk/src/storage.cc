@@ -1,0 +1,45 @@
+#include "strata/storage.h"
+
+#include <cstdlib>
+
+#include "cuda/cuda_backend.h"
+#include "strata/error.h"
+
+namespace strata {
+
+StorageImpl::~StorageImpl() {
+  if (ptr_.deleter) ptr_.deleter(ptr_.ctx);
+}
+
+namespace {
+constexpr size_t kCpuAlignment = 64;
+
+void freeCpu(void* ctx) { std::free(ctx); }
+void freeCuda(void* ctx) { detail::cuda::free(ctx); }
+}  // namespace
+
+Storage allocateStorage(size_t nbytes, Device device) {
+  switch (device.type) {
+    case DeviceType::CPU: {
+      if (nbytes == 0) return make_intrusive<StorageImpl>(DataPtr{}, 0, kCPU);
+      const size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+      void* p = std::aligned_alloc(kCpuAlignment, rounded);
+      STRATA_CHECK(p != nullptr, Device, "out of CPU memory allocating ", nbytes, " bytes");
+      return make_intrusive<StorageImpl>(DataPtr{p, p, &freeCpu}, nbytes, kCPU);
+    }
+    case DeviceType::Meta:
+      return make_intrusive<StorageImpl>(DataPtr{}, nbytes, kMeta);
+    case DeviceType::CUDA: {
+      const int index = device.index >= 0 ? device.index : detail::cuda::currentDevice();
+      void* p = detail::cuda::malloc(nbytes, index);
+      return make_intrusive<StorageImpl>(DataPtr{p, p, &freeCuda}, nbytes,
+                                         Device(DeviceType::CUDA, static_cast<int8_t>(index)));
+    }
+    case DeviceType::PrivateUse1:
+      break;
+  }
+  STRATA_FAIL(Device, "cannot allocate on device ", device.str(),
+              ": no allocator is registered for it");
+}
+
+}  // namespace strata

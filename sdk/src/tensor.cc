@@ -1,0 +1,255 @@
+#include "strata/tensor.h"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+#include "tensor_internal.h"
+
+namespace strata {
+
+namespace detail {
+
+int64_t wrapDim(int64_t dim, int64_t ndim) {
+  const int64_t n = std::max<int64_t>(ndim, 1);  // a 0-d tensor behaves like 1-d here
+  STRATA_CHECK(dim >= -n && dim < n, Index, "dimension out of range (expected to be in range of [",
+               -n, ", ", n - 1, "], but got ", dim, ")");
+  return dim < 0 ? dim + n : dim;
+}
+
+std::string shapeStr(IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(sizes[i]);
+  }
+  return s + "]";
+}
+
+size_t requiredStorageBytes(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset,
+                            size_t element_size) {
+  STRATA_CHECK(sizes.size() == strides.size(), Value, "sizes ", shapeStr(sizes), " and strides ",
+               shapeStr(strides), " have different lengths");
+  STRATA_CHECK(storage_offset >= 0, Value, "storage offset must be non-negative, got ", storage_offset);
+  int64_t last = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    STRATA_CHECK(sizes[d] >= 0, Value, "negative size ", sizes[d], " in ", shapeStr(sizes));
+    STRATA_CHECK(strides[d] >= 0, Value, "negative stride ", strides[d], " in ", shapeStr(strides),
+                 " is not supported");
+    if (sizes[d] == 0) return 0;
+    int64_t span = 0;
+    STRATA_CHECK(!__builtin_mul_overflow(sizes[d] - 1, strides[d], &span) &&
+                     !__builtin_add_overflow(last, span, &last),
+                 Value, "sizes ", shapeStr(sizes), " with strides ", shapeStr(strides), " overflow");
+  }
+  int64_t elems = 0;
+  int64_t bytes = 0;
+  STRATA_CHECK(!__builtin_add_overflow(last + 1, storage_offset, &elems) &&
+                   !__builtin_mul_overflow(elems, static_cast<int64_t>(element_size), &bytes),
+               Value, "sizes ", shapeStr(sizes), " need more bytes than fit in 64 bits");
+  return static_cast<size_t>(bytes);
+}
+
+}  // namespace detail
+
+namespace {
+
+bool computeContiguous(IntArrayRef sizes, IntArrayRef strides) {
+  int64_t expected = 1;
+  for (size_t i = sizes.size(); i > 0; --i) {
+    const size_t d = i - 1;
+    if (sizes[d] == 0) return true;
+    if (sizes[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+DispatchKeySet computeKeySet(Device device, bool requires_grad) {
+  DispatchKeySet ks(backendKey(device.type));
+  if (requires_grad) ks = ks.add(autogradKey(device.type));
+  return ks;
+}
+
+}  // namespace
+
+std::vector<int64_t> contiguousStrides(IntArrayRef sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t acc = 1;
+  for (size_t i = sizes.size(); i > 0; --i) {
+    strides[i - 1] = acc;
+    acc *= std::max<int64_t>(sizes[i - 1], 1);
+  }
+  return strides;
+}
+
+TensorImpl::TensorImpl(Storage storage, ScalarType dtype, std::vector<int64_t> sizes,
+                       std::vector<int64_t> strides, int64_t storage_offset)
+    : storage_(std::move(storage)),
+      sizes_(std::move(sizes)),
+      strides_(std::move(strides)),
+      storage_offset_(storage_offset),
+      dtype_(dtype) {
+  STRATA_INTERNAL_ASSERT(storage_, "a TensorImpl needs a storage");
+  const size_t needed = detail::requiredStorageBytes(sizes_, strides_, storage_offset_, elementSize(dtype_));
+  STRATA_CHECK(needed <= storage_->nbytes(), Value, "sizes ", detail::shapeStr(sizes_), ", strides ",
+               detail::shapeStr(strides_), " and offset ", storage_offset_, " need ", needed,
+               " bytes but the storage has ", storage_->nbytes());
+  numel_ = 1;
+  for (int64_t s : sizes_) numel_ *= s;  // cannot overflow: requiredStorageBytes checked the span
+  is_contiguous_ = computeContiguous(sizes_, strides_);
+  key_set_ = computeKeySet(storage_->device(), false);
+}
+
+void TensorImpl::set_requires_grad(bool r) {
+  STRATA_CHECK(!r || isFloatingType(dtype_), Type,
+               "only tensors of floating point dtype can require gradients, got ", toString(dtype_));
+  requires_grad_ = r;
+  key_set_ = computeKeySet(storage_->device(), r);
+}
+
+void Tensor::throwUndefined() {
+  STRATA_FAIL(Value, "the tensor is undefined (default-constructed); it has no sizes, dtype or data");
+}
+
+int64_t Tensor::size(int64_t dim) const {
+  STRATA_CHECK(this->dim() > 0, Index, "size(", dim, "): a 0-d tensor has no dimensions");
+  return sizes()[detail::wrapDim(dim, this->dim())];
+}
+
+int64_t Tensor::stride(int64_t dim) const {
+  STRATA_CHECK(this->dim() > 0, Index, "stride(", dim, "): a 0-d tensor has no dimensions");
+  return strides()[detail::wrapDim(dim, this->dim())];
+}
+
+const Tensor& Tensor::set_requires_grad(bool r) const {
+  impl();  // throws on an undefined tensor
+  impl_->set_requires_grad(r);
+  return *this;
+}
+
+void* Tensor::data_ptr() const {
+  const TensorImpl& t = impl();
+  STRATA_CHECK(!t.device().is_meta(), Device,
+               "cannot access the data of a tensor on the meta device: meta tensors carry "
+               "sizes and dtype only (sizes ", detail::shapeStr(t.sizes()), ", dtype ",
+               toString(t.dtype()), ")");
+  char* base = static_cast<char*>(t.storage()->data());
+  if (base == nullptr) return nullptr;  // no elements were ever allocated
+  return base + t.storage_offset() * static_cast<int64_t>(elementSize(t.dtype()));
+}
+
+// --- Views -------------------------------------------------------------------
+
+Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<int64_t> offset) const {
+  auto impl = make_intrusive<TensorImpl>(storage(), dtype(), std::vector<int64_t>(sizes.begin(), sizes.end()),
+                                         std::vector<int64_t>(strides.begin(), strides.end()),
+                                         offset.value_or(storage_offset()));
+  if (requires_grad()) impl->set_requires_grad(true);
+  return Tensor(std::move(impl));
+}
+
+namespace {
+std::vector<int64_t> inferSize(IntArrayRef sizes, int64_t numel) {
+  std::vector<int64_t> out(sizes.begin(), sizes.end());
+  std::optional<size_t> infer;
+  int64_t known = 1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      STRATA_CHECK(!infer, Value, "only one dimension can be inferred in ", detail::shapeStr(sizes));
+      infer = i;
+    } else {
+      STRATA_CHECK(out[i] >= 0, Value, "invalid shape dimension ", out[i], " in ", detail::shapeStr(sizes));
+      known *= out[i];
+    }
+  }
+  if (infer) {
+    STRATA_CHECK(known != 0 && numel % known == 0, Value, "shape ", detail::shapeStr(sizes),
+                 " is invalid for input of size ", numel);
+    out[*infer] = numel / known;
+  } else {
+    STRATA_CHECK(known == numel, Value, "shape ", detail::shapeStr(sizes),
+                 " is invalid for input of size ", numel);
+  }
+  return out;
+}
+}  // namespace
+
+Tensor Tensor::view(IntArrayRef sizes) const {
+  std::vector<int64_t> shape = inferSize(sizes, numel());
+  STRATA_CHECK(is_contiguous(), Value, "view size ", detail::shapeStr(shape),
+               " is not compatible with a non-contiguous tensor of sizes ", detail::shapeStr(this->sizes()),
+               " and strides ", detail::shapeStr(strides()), "; use reshape() instead");
+  const std::vector<int64_t> strides = contiguousStrides(shape);
+  return as_strided(shape, strides);
+}
+
+Tensor Tensor::reshape(IntArrayRef sizes) const {
+  return is_contiguous() ? view(sizes) : contiguous().view(sizes);
+}
+
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  std::vector<int64_t> perm(static_cast<size_t>(dim()));
+  std::iota(perm.begin(), perm.end(), 0);
+  if (dim() == 0) return *this;
+  std::swap(perm[detail::wrapDim(dim0, dim())], perm[detail::wrapDim(dim1, dim())]);
+  return permute(perm);
+}
+
+Tensor Tensor::permute(IntArrayRef dims) const {
+  STRATA_CHECK(static_cast<int64_t>(dims.size()) == dim(), Value, "permute(", detail::shapeStr(dims),
+               "): the number of dims does not match the tensor's ", dim());
+  std::vector<int64_t> sizes(dims.size()), strides(dims.size());
+  std::vector<bool> seen(dims.size(), false);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = detail::wrapDim(dims[i], dim());
+    STRATA_CHECK(!seen[d], Value, "permute(", detail::shapeStr(dims), "): dim ", d, " repeats");
+    seen[d] = true;
+    sizes[i] = this->sizes()[d];
+    strides[i] = this->strides()[d];
+  }
+  return as_strided(sizes, strides);
+}
+
+Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) const {
+  STRATA_CHECK(this->dim() > 0, Index, "slice() cannot be applied to a 0-d tensor");
+  const int64_t d = detail::wrapDim(dim, this->dim());
+  STRATA_CHECK(step > 0, Value, "slice step must be positive, got ", step);
+  const int64_t n = sizes()[d];
+  auto clamp = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
+  start = clamp(start);
+  end = std::max(clamp(end), start);
+  std::vector<int64_t> sizes(this->sizes().begin(), this->sizes().end());
+  std::vector<int64_t> strides(this->strides().begin(), this->strides().end());
+  sizes[d] = (end - start + step - 1) / step;
+  strides[d] *= step;
+  const int64_t offset = sizes[d] == 0 ? storage_offset() : storage_offset() + start * this->strides()[d];
+  return as_strided(sizes, strides, offset);
+}
+
+Tensor Tensor::select(int64_t dim, int64_t index) const {
+  STRATA_CHECK(this->dim() > 0, Index, "select() cannot be applied to a 0-d tensor");
+  const int64_t d = detail::wrapDim(dim, this->dim());
+  const int64_t n = sizes()[d];
+  STRATA_CHECK(index >= -n && index < n, Index, "select(): index ", index,
+               " out of range for tensor of size ", detail::shapeStr(sizes()), " at dimension ", d);
+  if (index < 0) index += n;
+  std::vector<int64_t> sizes(this->sizes().begin(), this->sizes().end());
+  std::vector<int64_t> strides(this->strides().begin(), this->strides().end());
+  sizes.erase(sizes.begin() + d);
+  strides.erase(strides.begin() + d);
+  return as_strided(sizes, strides, storage_offset() + index * this->strides()[d]);
+}
+
+Tensor Tensor::unsqueeze(int64_t dim) const {
+  const int64_t d = detail::wrapDim(dim, this->dim() + 1);
+  std::vector<int64_t> sizes(this->sizes().begin(), this->sizes().end());
+  std::vector<int64_t> strides(this->strides().begin(), this->strides().end());
+  const int64_t stride = d < this->dim() ? sizes[d] * strides[d] : 1;
+  sizes.insert(sizes.begin() + d, 1);
+  strides.insert(strides.begin() + d, stride);
+  return as_strided(sizes, strides);
+}
+
+}  // namespace strata

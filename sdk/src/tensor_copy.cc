@@ -1,0 +1,188 @@
+// Copies, conversions and fills: the one place data crosses dtypes and devices.
+// CUDA transfers stage through host memory (cudaMemcpy of the span a tensor
+// covers), so every layout works without per-layout kernels.
+#include <cmath>
+#include <cstring>
+
+#include "cuda/cuda_backend.h"
+#include "strata/tensor.h"
+#include "tensor_internal.h"
+
+namespace strata {
+
+namespace {
+
+using detail::cuda::CopyKind;
+
+// Strided, converting copy between two CPU tensors of equal sizes.
+void copyCpu(const Tensor& dst, const Tensor& src) {
+  char* d = static_cast<char*>(dst.data_ptr());
+  const char* s = static_cast<const char*>(src.data_ptr());
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+    if (dst.nbytes() != 0) std::memmove(d, s, dst.nbytes());
+    return;
+  }
+  STRATA_DISPATCH_ALL_TYPES(dst.dtype(), "copy_", [&] {
+    using dst_t = scalar_t;
+    auto* dp = reinterpret_cast<dst_t*>(d);
+    STRATA_DISPATCH_ALL_TYPES(src.dtype(), "copy_", [&] {
+      const auto* sp = reinterpret_cast<const scalar_t*>(s);
+      detail::forEachOffset(dst.sizes(), dst.strides(), src.strides(), [&](int64_t od, int64_t os) {
+        dp[od] = detail::convertElement<dst_t>(sp[os]);
+      });
+    });
+  });
+}
+
+// The first element and the number of elements a tensor's layout reaches in its
+// storage.
+struct Span {
+  int64_t first;
+  int64_t count;
+};
+Span spanOf(const Tensor& t) {
+  if (t.numel() == 0) return {t.storage_offset(), 0};
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.sizes()[d] - 1) * t.strides()[d];
+  return {t.storage_offset(), last + 1};
+}
+
+// A CPU tensor with t's sizes and strides over a host copy of the span t covers
+// on its CUDA device (read_back: copy the device data in; else leave it
+// uninitialized for the caller to fill).
+Tensor hostMirror(const Tensor& t, bool read_back) {
+  const Span span = spanOf(t);
+  const size_t es = t.element_size();
+  Storage host = allocateStorage(static_cast<size_t>(span.count) * es, kCPU);
+  if (read_back && span.count > 0) {
+    const char* dev = static_cast<const char*>(t.storage()->data()) + span.first * static_cast<int64_t>(es);
+    detail::cuda::memcpy(host->data(), dev, span.count * es, CopyKind::DeviceToHost);
+  }
+  return Tensor(make_intrusive<TensorImpl>(std::move(host), t.dtype(),
+                                           std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
+                                           std::vector<int64_t>(t.strides().begin(), t.strides().end()), 0));
+}
+
+void writeBack(const Tensor& device_dst, const Tensor& mirror) {
+  const Span span = spanOf(device_dst);
+  const size_t es = device_dst.element_size();
+  char* dev = static_cast<char*>(device_dst.storage()->data()) + span.first * static_cast<int64_t>(es);
+  detail::cuda::memcpy(dev, mirror.storage()->data(), span.count * es, CopyKind::HostToDevice);
+}
+
+bool sameDevice(Device have, Device want) {
+  return have.type == want.type && (want.index < 0 || have.index == want.index);
+}
+
+}  // namespace
+
+const Tensor& Tensor::copy_(const Tensor& src) const {
+  STRATA_CHECK(defined() && src.defined(), Value, "copy_: both tensors must be defined");
+  STRATA_CHECK(std::equal(sizes().begin(), sizes().end(), src.sizes().begin(), src.sizes().end()), Value,
+               "copy_: destination sizes ", detail::shapeStr(sizes()), " differ from source sizes ",
+               detail::shapeStr(src.sizes()));
+  if (is_meta()) return *this;  // a meta tensor has no data to write
+  STRATA_CHECK(!src.is_meta(), Device,
+               "cannot copy out of a meta tensor into a ", device().str(), " tensor: meta tensors have no data");
+  if (numel() == 0) return *this;
+  if (is_cpu() && src.is_cpu()) {
+    copyCpu(*this, src);
+    return *this;
+  }
+  STRATA_CHECK((is_cpu() || is_cuda()) && (src.is_cpu() || src.is_cuda()), Device, "copy_ from ",
+               src.device().str(), " to ", device().str(), " is not supported");
+  if (is_cuda() && src.is_cuda() && dtype() == src.dtype() && is_contiguous() && src.is_contiguous()) {
+    detail::cuda::memcpy(data_ptr(), src.data_ptr(), nbytes(), CopyKind::DeviceToDevice);
+    return *this;
+  }
+  const Tensor host_src = src.is_cpu() ? src : hostMirror(src, /*read_back=*/true);
+  if (is_cpu()) {
+    copyCpu(*this, host_src);
+    return *this;
+  }
+  const Tensor mirror = hostMirror(*this, /*read_back=*/!is_contiguous());
+  copyCpu(mirror, host_src);
+  writeBack(*this, mirror);
+  return *this;
+}
+
+const Tensor& Tensor::fill_(const Scalar& value) const {
+  if (is_meta() || numel() == 0) return *this;
+  if (is_cuda() && is_contiguous()) {
+    STRATA_DISPATCH_ALL_TYPES(dtype(), "fill_", [&] {
+      const scalar_t v = value.to<scalar_t>();
+      detail::cuda::fill(data_ptr(), &v, sizeof(scalar_t), static_cast<size_t>(numel()), device().index);
+    });
+    return *this;
+  }
+  if (is_cuda()) {
+    const Tensor mirror = hostMirror(*this, /*read_back=*/true);
+    mirror.fill_(value);
+    writeBack(*this, mirror);
+    return *this;
+  }
+  STRATA_CHECK(is_cpu(), Device, "fill_ is not supported on ", device().str());
+  STRATA_DISPATCH_ALL_TYPES(dtype(), "fill_", [&] {
+    const scalar_t v = value.to<scalar_t>();
+    auto* p = static_cast<scalar_t*>(data_ptr());
+    detail::forEachOffset(sizes(), strides(), strides(), [&](int64_t o, int64_t) { p[o] = v; });
+  });
+  return *this;
+}
+
+Tensor Tensor::contiguous() const {
+  return is_contiguous() ? *this : clone();
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(sizes(), TensorOptions(dtype()).with_device(device()));
+  out.copy_(*this);
+  if (requires_grad()) out.set_requires_grad(true);
+  return out;
+}
+
+Tensor Tensor::to(Device device, ScalarType dtype) const {
+  if (sameDevice(this->device(), device) && dtype == this->dtype()) return *this;
+  Tensor out = empty(sizes(), TensorOptions(dtype).with_device(device));
+  out.copy_(*this);
+  if (requires_grad() && isFloatingType(dtype)) out.set_requires_grad(true);
+  return out;
+}
+Tensor Tensor::to(Device device) const { return to(device, dtype()); }
+Tensor Tensor::to(ScalarType dtype) const { return to(device(), dtype); }
+
+Scalar Tensor::item() const {
+  STRATA_CHECK(numel() == 1, Value, "item(): a tensor with ", numel(),
+               " elements cannot be converted to a Scalar");
+  const Tensor host = to(kCPU);
+  return STRATA_DISPATCH_ALL_TYPES(dtype(), "item", [&]() -> Scalar {
+    const scalar_t v = *static_cast<const scalar_t*>(host.data_ptr());
+    if constexpr (std::is_same_v<scalar_t, bool>) return Scalar(v);
+    else if constexpr (std::is_integral_v<scalar_t>) return Scalar(static_cast<int64_t>(v));
+    else return Scalar(static_cast<double>(static_cast<float>(v)));
+  });
+}
+
+bool Tensor::equal(const Tensor& other) const {
+  if (!std::equal(sizes().begin(), sizes().end(), other.sizes().begin(), other.sizes().end()) ||
+      dtype() != other.dtype()) {
+    return false;
+  }
+  const Tensor a = to(kCPU);
+  const Tensor b = other.to(kCPU);
+  bool same = true;
+  STRATA_DISPATCH_ALL_TYPES(dtype(), "equal", [&] {
+    const auto* pa = static_cast<const scalar_t*>(a.data_ptr());
+    const auto* pb = static_cast<const scalar_t*>(b.data_ptr());
+    detail::forEachOffset(a.sizes(), a.strides(), b.strides(), [&](int64_t oa, int64_t ob) {
+      if constexpr (std::is_same_v<scalar_t, Half> || std::is_same_v<scalar_t, BFloat16>) {
+        same = same && static_cast<float>(pa[oa]) == static_cast<float>(pb[ob]);
+      } else {
+        same = same && pa[oa] == pb[ob];
+      }
+    });
+  });
+  return same;
+}
+
+}  // namespace strata

@@ -1,0 +1,72 @@
+// Internal helpers shared by the tensor sources.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "strata/tensor.h"
+
+namespace strata::detail {
+
+// Wraps a possibly negative dim into [0, ndim); a 0-d tensor accepts -1 and 0.
+// Throws Error(Index) in PyTorch's words when out of range.
+int64_t wrapDim(int64_t dim, int64_t ndim);
+
+// "[2, 3]"
+std::string shapeStr(IntArrayRef sizes);
+
+// Calls f(offset_a, offset_b) for every multi-index of sizes in row-major order,
+// with each offset the dot product of the index and that tensor's strides.
+template <typename F>
+void forEachOffset(IntArrayRef sizes, IntArrayRef strides_a, IntArrayRef strides_b, F&& f) {
+  const size_t nd = sizes.size();
+  for (int64_t s : sizes) {
+    if (s == 0) return;
+  }
+  std::vector<int64_t> index(nd, 0);
+  int64_t off_a = 0;
+  int64_t off_b = 0;
+  while (true) {
+    f(off_a, off_b);
+    // Increment the multi-index like an odometer, innermost dim first.
+    size_t d = nd;
+    while (d > 0) {
+      --d;
+      if (++index[d] < sizes[d]) {
+        off_a += strides_a[d];
+        off_b += strides_b[d];
+        break;
+      }
+      off_a -= strides_a[d] * (sizes[d] - 1);
+      off_b -= strides_b[d] * (sizes[d] - 1);
+      index[d] = 0;
+      if (d == 0) return;
+    }
+    if (nd == 0) return;
+  }
+}
+
+// Bytes a tensor of these sizes/strides needs in its storage past storage_offset:
+// (1 + the largest element offset) * element size, 0 when it has no elements.
+// Throws Error(Value) on negative sizes or strides and on overflow.
+size_t requiredStorageBytes(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset,
+                            size_t element_size);
+
+// Converts one element between C++ element types (Half/BFloat16 through float).
+template <typename D, typename S>
+inline D convertElement(S v) {
+  if constexpr (std::is_same_v<D, S>) {
+    return v;
+  } else if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) {
+    return convertElement<D, float>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) {
+    return D(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<D, bool>) {
+    return v != S(0);
+  } else {
+    return static_cast<D>(v);
+  }
+}
+
+}  // namespace strata::detail

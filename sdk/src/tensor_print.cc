@@ -1,0 +1,90 @@
+// Printing tensors the way torch prints them, in short: nested brackets, floats
+// with a trailing '.' when every value is whole and four decimals otherwise,
+// dtype and device noted when they are not the defaults.
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "strata/tensor.h"
+#include "tensor_internal.h"
+
+namespace strata {
+
+namespace {
+
+constexpr int64_t kSummarizeAbove = 1000;  // elements; torch's print threshold
+constexpr int64_t kEdgeItems = 3;
+
+struct Formatter {
+  bool floating = false;
+  bool whole = true;  // every float value is an integer (prints "1." not "1.0000")
+
+  std::string operator()(double v) const {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    char buf[64];
+    if (!floating) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+    else if (whole) std::snprintf(buf, sizeof buf, "%.0f.", v);
+    else std::snprintf(buf, sizeof buf, "%.4f", v);
+    return buf;
+  }
+};
+
+void printDim(std::ostringstream& os, const Tensor& t, const double* values, int64_t dim, int64_t offset,
+              const std::vector<int64_t>& strides, const Formatter& fmt, bool summarize, bool is_bool) {
+  if (dim == t.dim()) {
+    if (is_bool) os << (values[offset] != 0 ? "True" : "False");
+    else os << fmt(values[offset]);
+    return;
+  }
+  const int64_t n = t.sizes()[dim];
+  os << "[";
+  for (int64_t i = 0; i < n; ++i) {
+    if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) {
+      os << "..., ";
+      i = n - kEdgeItems;
+    }
+    if (i) os << (dim + 1 == t.dim() ? ", " : ",\n" + std::string(static_cast<size_t>(dim + 8), ' '));
+    printDim(os, t, values, dim + 1, offset + i * strides[dim], strides, fmt, summarize, is_bool);
+  }
+  os << "]";
+}
+
+}  // namespace
+
+std::string Tensor::str() const {
+  if (!defined()) return "tensor(undefined)";
+  std::ostringstream os;
+  std::string suffix;
+  if (dtype() != ScalarType::Float && dtype() != ScalarType::Long && dtype() != ScalarType::Bool) {
+    suffix += std::string(", dtype=") + toString(dtype());
+  }
+  if (!is_cpu()) suffix = ", device='" + device().str() + "'" + suffix;
+  if (requires_grad()) suffix += ", requires_grad=True";
+  if (is_meta()) {
+    os << "tensor(..., size=(";
+    for (int64_t d = 0; d < dim(); ++d) os << (d ? ", " : "") << sizes()[d];
+    os << (dim() == 1 ? ",)" : ")") << suffix << ")";
+    return os.str();
+  }
+  const Tensor host = to(kCPU).contiguous().to(ScalarType::Double);
+  const auto* values = static_cast<const double*>(host.data_ptr());
+  Formatter fmt;
+  fmt.floating = isFloatingType(dtype());
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    if (std::isfinite(values[i]) && values[i] != std::trunc(values[i])) fmt.whole = false;
+  }
+  os << "tensor(";
+  if (numel() == 0) {
+    os << "[]";
+  } else {
+    const std::vector<int64_t> strides(host.strides().begin(), host.strides().end());
+    printDim(os, host, values, 0, 0, strides, fmt, numel() > kSummarizeAbove, dtype() == ScalarType::Bool);
+  }
+  os << suffix << ")";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+}  // namespace strata
