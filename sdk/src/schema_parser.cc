@@ -169,7 +169,7 @@ void Parser::lexNumber(Token& t) {
   }
   if (e < text_.size() && text_[e] == 'j') ++e;  // imaginary literal
   if (e < text_.size() && isIdentChar(text_[e])) {
-    failAt(e, "malformed number '" + std::string(text_.substr(pos_, e + 1 - pos_)) + "'");
+    failAt(pos_, "malformed number '" + std::string(text_.substr(pos_, e + 1 - pos_)) + "'");
   }
   t.kind = Tok::Number;
   t.text = std::string(text_.substr(pos_, e - pos_));

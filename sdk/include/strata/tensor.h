@@ -150,6 +150,11 @@ class STRATA_API Tensor {
   // --- Views: share storage with *this. ---
   Tensor as_strided(IntArrayRef sizes, IntArrayRef strides,
                     std::optional<int64_t> storage_offset = std::nullopt) const;
+  Tensor as_strided(std::initializer_list<int64_t> sizes, std::initializer_list<int64_t> strides,
+                    std::optional<int64_t> storage_offset = std::nullopt) const {
+    return as_strided(IntArrayRef(sizes.begin(), sizes.size()), IntArrayRef(strides.begin(), strides.size()),
+                      storage_offset);
+  }
   // sizes may hold one -1 to infer. Needs a contiguous tensor (Error(Value) else:
   // use reshape).
   Tensor view(IntArrayRef sizes) const;

@@ -1,0 +1,134 @@
+// The strata CLI as a user runs it: a real process, its output and exit status.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+// Runs `strata ARGS` with stdin from a file holding input; stderr joins stdout.
+Result run(const std::string& args, const std::string& input = "") {
+  const std::string in_path = ::testing::TempDir() + "/strata_cli_stdin.txt";
+  std::ofstream(in_path) << input;
+  const std::string cmd = std::string(STRATA_CLI) + " " + args + " < " + in_path + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// Shell-quotes one argument.
+std::string q(const std::string& s) {
+  std::string r = "'";
+  for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return r + "'";
+}
+
+const char* kExamples[] = {
+    "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+    "aten::add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)",
+    "aten::split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]",
+    "aten::as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a)",
+    "aten::_unpack_dual(Tensor(a) dual, int level) -> (Tensor(a) primal, Tensor tangent)",
+    "aten::avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, bool ceil_mode=False, "
+    "bool count_include_pad=True) -> Tensor",
+    "aten::slogdet.out(Tensor self, *, Tensor(a!) sign, Tensor(b!) logabsdet) -> (Tensor(a!) sign, Tensor(b!) logabsdet)",
+    "aten::rand.names_out(int[] size, *, str[]? names, Tensor(a!) out) -> Tensor(a!)",
+    "aten::_backward(Tensor self, Tensor[] inputs, Tensor? gradient=None, bool? retain_graph=None, bool "
+    "create_graph=False) -> ()",
+    "extension_cpp::mymuladd(Tensor a, Tensor b, float c) -> Tensor",
+};
+
+TEST(CliSchemaTest, RoundTripsTheExamplesFromArguments) {
+  std::string args = "schema";
+  std::string expected;
+  for (const char* s : kExamples) {
+    args += " " + q(s);
+    expected += std::string(s) + "\n";
+  }
+  const Result r = run(args);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, expected);
+}
+
+TEST(CliSchemaTest, RoundTripsTheExamplesFromStdin) {
+  std::string input;
+  for (const char* s : kExamples) input += std::string(s) + "\n\n";  // blank lines are skipped
+  const Result r = run("schema", input);
+  EXPECT_EQ(r.status, 0);
+  std::string expected;
+  for (const char* s : kExamples) expected += std::string(s) + "\n";
+  EXPECT_EQ(r.out, expected);
+}
+
+TEST(CliSchemaTest, InvalidInputPrintsTheColumnAndExitsOne) {
+  const Result r = run("schema", "aten::f(Tensor x) -> Tensor\naten::add(Tensr self) -> Tensor\nmylib::g(int x=\"s\") -> ()\n");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out,
+            "aten::f(Tensor x) -> Tensor\n"
+            "error: 11: unknown type 'Tensr'; common types are Tensor, SymInt, int, float, bool, str, Scalar, "
+            "ScalarType, Device\n"
+            "error: 16: a int default cannot be a string ('\"s\"')\n");
+}
+
+TEST(CliSchemaTest, GarbageNeverCrashes) {
+  std::string input;
+  for (const char* s : {"(((((", "))))", "aten::", "::", "a::b.c.d", "a(Tensor(a!)[](b)?[3]?", "\x01\x02\x7f",
+                        "a(int x=[[[[1]]]]) -> ()", "a(Dict(Dict(str,str),Union()) x) -> ()", "'", "\"\\"}) {
+    input += std::string(s) + "\n";
+  }
+  const Result r = run("schema", input);
+  EXPECT_EQ(r.status, 1);
+  size_t lines = 0;
+  for (char c : r.out) lines += c == '\n';
+  EXPECT_EQ(lines, 11u);
+  EXPECT_THAT(r.out, StartsWith("error: "));
+}
+
+TEST(CliSchemaTest, JsonDescribesTheParsedStructure) {
+  const Result r = run("schema --json " + q("aten::add.out(Tensor self, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)") +
+                       " " + q("bad("));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("\"name\":\"aten::add\""));
+  EXPECT_THAT(r.out, HasSubstr("\"overload\":\"out\""));
+  EXPECT_THAT(r.out, HasSubstr("\"default\":\"1\""));
+  EXPECT_THAT(r.out, HasSubstr("\"kwarg_only\":true"));
+  EXPECT_THAT(r.out, HasSubstr("\"write\":true"));
+  EXPECT_THAT(r.out, HasSubstr("\"ok\":false"));
+  EXPECT_THAT(r.out, HasSubstr("\"column\":5"));
+}
+
+TEST(CliTest, UsageErrorsExitTwo) {
+  EXPECT_EQ(run("").status, 2);
+  EXPECT_EQ(run("frobnicate").status, 2);
+  const Result r = run("schema --no-such-flag x");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("Unknown option 'no-such-flag'"));
+  EXPECT_EQ(run("--help").status, 0);
+  const Result h = run("schema --help");
+  EXPECT_EQ(h.status, 0);
+  EXPECT_THAT(h.out, HasSubstr("--json"));
+}
+
+TEST(CliTest, DemoRuns) {
+  const Result r = run("demo");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("extension_cpp::mymuladd(Tensor a, Tensor b, float c) -> Tensor"));
+  EXPECT_THAT(r.out, HasSubstr("DispatchKeySet(AutogradCPU, CPU)"));
+}
+
+}  // namespace

@@ -1,0 +1,138 @@
+// IValue and Stack: boxing, checked accessors, sharing, equality.
+#include "strata/ivalue.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace strata {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Type);
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(IValueTest, HoldsEveryKindItPromises) {
+  EXPECT_TRUE(IValue().isNone());
+  EXPECT_TRUE(IValue(std::nullopt).isNone());
+  EXPECT_EQ(IValue(int64_t{7}).toInt(), 7);
+  EXPECT_EQ(IValue(2.5).toDouble(), 2.5);
+  EXPECT_EQ(IValue(true).toBool(), true);
+  EXPECT_EQ(IValue("hi").toStringRef(), "hi");
+  EXPECT_THAT(IValue(std::vector<int64_t>{1, 2}).toIntList(), ElementsAre(1, 2));
+  EXPECT_THAT(IValue(std::vector<double>{0.5}).toDoubleList(), ElementsAre(0.5));
+  EXPECT_THAT(IValue(std::vector<bool>{true, false}).toBoolList(), ElementsAre(true, false));
+  EXPECT_EQ(IValue(kBFloat16).toScalarType(), kBFloat16);
+  EXPECT_EQ(IValue(Device("cuda:1")).toDevice(), Device(DeviceType::CUDA, 1));
+  const Tensor t = zeros({2});
+  EXPECT_EQ(IValue(t).toTensor().unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
+  EXPECT_EQ(IValue(std::vector<Tensor>{t, t}).toTensorList().size(), 2u);
+  const IValue generic(std::vector<IValue>{IValue(1), IValue("a"), IValue()});
+  EXPECT_EQ(generic.toList().size(), 3u);
+  EXPECT_TRUE(generic.toList()[2].isNone());
+  EXPECT_EQ(IValue(std::complex<double>(1, 2)).toComplex(), std::complex<double>(1, 2));
+  EXPECT_EQ(sizeof(IValue), 16u);
+}
+
+TEST(IValueTest, OptionalTensor) {
+  EXPECT_FALSE(IValue().toOptionalTensor().has_value());
+  EXPECT_TRUE(IValue(zeros({1})).toOptionalTensor().has_value());
+  EXPECT_TRUE(IValue(std::optional<Tensor>()).isNone());
+  EXPECT_THAT(errorOf([] { (void)IValue(int64_t{1}).toOptionalTensor(); }),
+              HasSubstr("expected Tensor or None, got int"));
+}
+
+TEST(IValueTest, WrongAccessorNamesBothTypes) {
+  EXPECT_THAT(errorOf([] { (void)IValue(int64_t{1}).toTensor(); }), HasSubstr("expected Tensor, got int"));
+  EXPECT_THAT(errorOf([] { (void)IValue(zeros({1})).toInt(); }), HasSubstr("expected int, got Tensor"));
+  EXPECT_THAT(errorOf([] { (void)IValue(1.0).toInt(); }), HasSubstr("expected int, got float"));
+  EXPECT_THAT(errorOf([] { (void)IValue().toDouble(); }), HasSubstr("expected float, got None"));
+  EXPECT_THAT(errorOf([] { (void)IValue("s").toBool(); }), HasSubstr("expected bool, got str"));
+  EXPECT_THAT(errorOf([] { (void)IValue(std::vector<double>{}).toIntList(); }),
+              HasSubstr("expected int[], got float[]"));
+  EXPECT_THAT(errorOf([] { (void)IValue(true).toScalarType(); }), HasSubstr("expected ScalarType, got bool"));
+  EXPECT_THAT(errorOf([] { (void)IValue("x").toScalar(); }), HasSubstr("expected Scalar"));
+  EXPECT_THAT(errorOf([] { (void)IValue(int64_t{1}).to<std::string>(); }), HasSubstr("expected str, got int"));
+}
+
+TEST(IValueTest, ScalarTypesBoxAsIntsToo) {
+  // Schemas pass dtypes as ints (PyTorch's codes); both forms read back.
+  EXPECT_EQ(IValue(int64_t{6}).toScalarType(), kFloat32);
+  EXPECT_EQ(IValue(int64_t{15}).toScalarType(), kBFloat16);
+  try {
+    (void)IValue(int64_t{99}).toScalarType();
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Value);
+    EXPECT_THAT(e.what(), HasSubstr("99 is not a ScalarType code"));
+  }
+}
+
+TEST(IValueTest, ScalarsBoxAsTheirKind) {
+  EXPECT_TRUE(IValue(Scalar(3)).isInt());
+  EXPECT_TRUE(IValue(Scalar(3.5)).isDouble());
+  EXPECT_TRUE(IValue(Scalar(true)).isBool());
+  EXPECT_EQ(IValue(2.5).toScalar().toDouble(), 2.5);
+  EXPECT_EQ(IValue(int64_t{4}).to<Scalar>().toLong(), 4);
+}
+
+TEST(IValueTest, GenericToHandlesOptionalsAndLists) {
+  EXPECT_EQ(IValue().to<std::optional<int64_t>>(), std::nullopt);
+  EXPECT_EQ(IValue(int64_t{3}).to<std::optional<int64_t>>(), 3);
+  EXPECT_THAT(IValue(std::vector<int64_t>{4, 5}).to<ArrayRef<int64_t>>(), ElementsAre(4, 5));
+  EXPECT_EQ(IValue("x").to<std::string_view>(), "x");
+}
+
+TEST(IValueTest, CopiesShareMovesEmpty) {
+  const Tensor t = zeros({1});
+  const uint32_t base = t.getIntrusivePtr().use_count();
+  IValue a(t);
+  EXPECT_EQ(t.getIntrusivePtr().use_count(), base + 1);
+  IValue b = a;
+  EXPECT_EQ(t.getIntrusivePtr().use_count(), base + 2);
+  IValue c = std::move(a);
+  EXPECT_TRUE(a.isNone());  // NOLINT: moved-from is None by contract
+  EXPECT_EQ(t.getIntrusivePtr().use_count(), base + 2);
+  Tensor out = std::move(c).toTensor();
+  EXPECT_EQ(t.getIntrusivePtr().use_count(), base + 2);  // the reference moved out
+  b = IValue();
+  out = Tensor();
+  EXPECT_EQ(t.getIntrusivePtr().use_count(), base);
+}
+
+TEST(IValueTest, EqualityAndRepr) {
+  EXPECT_EQ(IValue(std::vector<int64_t>{1, 2}), IValue(std::vector<int64_t>{1, 2}));
+  EXPECT_NE(IValue(int64_t{1}), IValue(1.0));
+  EXPECT_NE(IValue(zeros({1})), IValue(zeros({1})));  // tensors by identity
+  EXPECT_EQ(IValue(std::vector<IValue>{IValue(1), IValue("a")}).repr(), "[1, \"a\"]");
+  EXPECT_EQ(IValue(2.0).repr(), "2.");
+  EXPECT_EQ(IValue(0.1).repr(), "0.10000000000000001");
+  EXPECT_EQ(IValue(kFloat16).repr(), "float16");
+  EXPECT_EQ(IValue().repr(), "None");
+}
+
+TEST(StackTest, PushPopPeekDrop) {
+  Stack s;
+  push(s, zeros({1}), 2.0, int64_t{3});
+  EXPECT_EQ(s.size(), 3u);
+  EXPECT_TRUE(peek(s, 0, 3).isTensor());
+  EXPECT_EQ(peek(s, 1, 2).toInt(), 3);
+  EXPECT_EQ(pop(s).toInt(), 3);
+  drop(s, 1);
+  EXPECT_EQ(s.size(), 1u);
+  EXPECT_THROW(drop(s, 2), Error);
+  EXPECT_THROW(peek(s, 1, 1), Error);
+  pop(s);
+  EXPECT_THROW(pop(s), Error);
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,248 @@
+// The schema language: parsing, canonical printing, structure, errors.
+#include "strata/schema.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace strata {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Parses, prints, and checks that printing is a fixed point of parsing.
+std::string canonical(const std::string& s) {
+  const FunctionSchema schema = parseSchema(s);
+  const std::string printed = schema.str();
+  const FunctionSchema again = parseSchema(printed);
+  EXPECT_EQ(again, schema) << "reparsing changed the schema: " << printed;
+  EXPECT_EQ(again.str(), printed) << "printing is not idempotent for " << s;
+  return printed;
+}
+
+TEST(SchemaTest, TheIssueExamplesRoundTripByteForByte) {
+  for (const char* s : {
+           "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+           "aten::add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)",
+           "aten::split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]",
+           "aten::as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a)",
+           "aten::_unpack_dual(Tensor(a) dual, int level) -> (Tensor(a) primal, Tensor tangent)",
+           "aten::avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, bool "
+           "ceil_mode=False, bool count_include_pad=True) -> Tensor",
+           "aten::slogdet.out(Tensor self, *, Tensor(a!) sign, Tensor(b!) logabsdet) -> (Tensor(a!) sign, "
+           "Tensor(b!) logabsdet)",
+           "aten::rand.names_out(int[] size, *, str[]? names, Tensor(a!) out) -> Tensor(a!)",
+           "aten::_backward(Tensor self, Tensor[] inputs, Tensor? gradient=None, bool? retain_graph=None, bool "
+           "create_graph=False) -> ()",
+           "extension_cpp::mymuladd(Tensor a, Tensor b, float c) -> Tensor",
+       }) {
+    EXPECT_EQ(canonical(s), s);
+  }
+}
+
+// Every line of the corpus: real schemas, each printing back as given or as the
+// "=> EXPECTED" form.
+TEST(SchemaTest, Corpus) {
+  std::ifstream in(STRATA_SCHEMA_CORPUS);
+  ASSERT_TRUE(in) << "cannot open " << STRATA_SCHEMA_CORPUS;
+  std::string line;
+  int checked = 0;
+  auto trim = [](std::string s) {
+    s.erase(0, s.find_first_not_of(' '));
+    s.erase(s.find_last_not_of(' ') + 1);
+    return s;
+  };
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto arrow = line.find(" => ");
+    const std::string input = trim(line.substr(0, arrow));
+    const std::string expected = arrow == std::string::npos ? input : trim(line.substr(arrow + 4));
+    try {
+      EXPECT_EQ(canonical(input), expected);
+    } catch (const SchemaError& e) {
+      ADD_FAILURE() << e.what();
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 150);
+}
+
+TEST(SchemaTest, StructureOfAParsedSchema) {
+  const FunctionSchema s = parseSchema(
+      "aten::add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)");
+  EXPECT_EQ(s.name(), "aten::add");
+  EXPECT_EQ(s.ns(), "aten");
+  EXPECT_EQ(s.overload_name(), "out");
+  ASSERT_EQ(s.arguments().size(), 4u);
+  EXPECT_FALSE(s.arguments()[1].kwarg_only);
+  EXPECT_TRUE(s.arguments()[2].kwarg_only);
+  EXPECT_EQ(s.arguments()[2].type->kind(), TypeKind::Scalar);
+  EXPECT_EQ(*s.arguments()[2].default_value, IValue(int64_t{1}));
+  const Argument& out = s.arguments()[3];
+  ASSERT_TRUE(out.alias_info);
+  EXPECT_TRUE(out.is_write());
+  EXPECT_EQ(out.alias_info->before_sets, std::vector<std::string>{"a"});
+  EXPECT_TRUE(s.is_mutable());
+  EXPECT_EQ(s.argumentIndexWithName("alpha"), 2u);
+  EXPECT_EQ(s.argumentIndexWithName("nope"), std::nullopt);
+  ASSERT_EQ(s.returns().size(), 1u);
+  EXPECT_TRUE(s.returns()[0].is_write());
+}
+
+TEST(SchemaTest, SuffixesInAnyOrderAreDifferentTypes) {
+  const FunctionSchema s = parseSchema("mylib::f(Tensor?[] a, Tensor[]? b, int[2] c, SymInt[] d) -> ()");
+  const auto& a = s.arguments();
+  EXPECT_EQ(a[0].type->kind(), TypeKind::List);
+  EXPECT_EQ(a[0].type->element()->kind(), TypeKind::Optional);
+  EXPECT_EQ(a[1].type->kind(), TypeKind::Optional);
+  EXPECT_EQ(a[1].type->element()->kind(), TypeKind::List);
+  EXPECT_FALSE(*a[0].type == *a[1].type);
+  EXPECT_EQ(a[2].N, 2);
+  EXPECT_EQ(a[3].type->element()->kind(), TypeKind::SymInt);
+  EXPECT_TRUE(a[3].type->element()->isIntLike());
+}
+
+TEST(SchemaTest, DefaultsAreTypedValues) {
+  const FunctionSchema s = parseSchema(
+      "mylib::f(int a=-3, float b=1e-05, bool c=True, str d='x', int[2] e=1, float[] f=[], "
+      "MemoryFormat g=contiguous_format, int? h=None, Scalar i=2.5, Device j=\"cuda:0\") -> ()");
+  const auto& a = s.arguments();
+  EXPECT_EQ(*a[0].default_value, IValue(int64_t{-3}));
+  EXPECT_EQ(*a[1].default_value, IValue(1e-05));
+  EXPECT_EQ(*a[2].default_value, IValue(true));
+  EXPECT_EQ(*a[3].default_value, IValue("x"));
+  EXPECT_EQ(*a[4].default_value, IValue(std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(*a[5].default_value, IValue(std::vector<double>{}));
+  EXPECT_EQ(*a[6].default_value, IValue(int64_t{0}));
+  EXPECT_TRUE(a[7].default_value->isNone());
+  EXPECT_EQ(*a[8].default_value, IValue(2.5));
+  EXPECT_EQ(*a[9].default_value, IValue(Device(DeviceType::CUDA, 0)));
+}
+
+TEST(SchemaTest, NameAloneParsesAsAName) {
+  const auto parsed = parseSchemaOrName("mylib::foo.bar");
+  ASSERT_TRUE(std::holds_alternative<OperatorName>(parsed));
+  EXPECT_EQ(std::get<OperatorName>(parsed).str(), "mylib::foo.bar");
+  EXPECT_EQ(parseName("foo").name, "foo");
+  EXPECT_THROW(parseSchema("mylib::foo"), SchemaError);
+  EXPECT_THROW(parseName("mylib::foo(Tensor x) -> Tensor"), SchemaError);
+}
+
+TEST(SchemaTest, TypeVariablesOnlyWhereAllowed) {
+  EXPECT_NO_THROW(parseSchema("aten::f(t x) -> t"));
+  EXPECT_NO_THROW(parseSchema("prim::f(t[] x) -> t"));
+  EXPECT_THROW(parseSchema("mylib::f(t x) -> t"), SchemaError);
+  EXPECT_NO_THROW(parseSchema("mylib::f(t x) -> t", {.allow_typevars = true}));
+}
+
+// Each bad input: the column of the fault and what was expected.
+struct BadSchema {
+  const char* text;
+  size_t column;
+  const char* reason;
+};
+
+class SchemaErrorTest : public ::testing::TestWithParam<BadSchema> {};
+
+TEST_P(SchemaErrorTest, NamesTheColumnAndTheReason) {
+  const BadSchema& bad = GetParam();
+  try {
+    parseSchema(bad.text);
+    ADD_FAILURE() << "parsed: " << bad.text;
+  } catch (const SchemaError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Schema);
+    EXPECT_EQ(e.column(), bad.column) << e.what();
+    EXPECT_THAT(e.reason(), HasSubstr(bad.reason));
+    EXPECT_THAT(e.what(), HasSubstr(bad.text));
+  }
+}
+
+std::string caseName(const ::testing::TestParamInfo<BadSchema>& info) {
+  return "case" + std::to_string(info.index) + "_column" + std::to_string(info.param.column);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Bad, SchemaErrorTest,
+    ::testing::Values(
+        BadSchema{"", 1, "expected an operator name, got the end of the schema"},
+        BadSchema{"(Tensor x) -> Tensor", 1, "expected an operator name, got '('"},
+        BadSchema{"aten::add(", 11, "expected a type, got the end of the schema"},
+        BadSchema{"aten::add(Tensor self) ->", 26, "expected a type, got the end"},
+        BadSchema{"aten::add(Tensor self) Tensor", 24, "expected '->' after the argument list"},
+        BadSchema{"aten::add(Tensr self) -> Tensor", 11, "unknown type 'Tensr'"},
+        BadSchema{"mylib::f(double x) -> ()", 10, "use 'float'"},
+        BadSchema{"mylib::f(int64_t x) -> ()", 10, "use 'int'"},
+        BadSchema{"mylib::f(t x) -> t", 10, "unknown type 't'"},
+        BadSchema{"aten::f(Tensor) -> ()", 15, "expected an argument name after the type 'Tensor', got ')'"},
+        BadSchema{"aten::f(Tensor x Tensor y) -> ()", 18, "expected ',' or ')' in the argument list"},
+        BadSchema{"aten::f(..., Tensor x) -> ()", 14, "'...' must be the last element"},
+        BadSchema{"aten::f(Tensor x, ...) -> (..., Tensor)", 33, "'...' must be the last element of the return list"},
+        BadSchema{"aten::f(Tensor(a x) -> ()", 18, "expected ')' to close the alias annotation"},
+        BadSchema{"aten::f(Tensor() x) -> ()", 16, "an alias set name"},
+        BadSchema{"aten::f(int x=1.5) -> ()", 15, "a int default cannot be a float"},
+        BadSchema{"aten::f(str x=1) -> ()", 15, "a str default cannot be a number"},
+        BadSchema{"aten::f(bool x=\"no\") -> ()", 16, "a bool default cannot be a string"},
+        BadSchema{"aten::f(Tensor x=1) -> ()", 18, "None (the only default a Tensor argument can have)"},
+        BadSchema{"aten::f(int[2] x=[1, 2) -> ()", 23, "expected ',' or ']' in the list default"},
+        BadSchema{"aten::f(int x=Medium) -> ()", 15, "invalid default value 'Medium'"},
+        BadSchema{"aten::f(int x=99999999999999999999) -> ()", 15, "does not fit in 64 bits"},
+        BadSchema{"aten::f(float x=1e999) -> ()", 17, "out of range"},
+        BadSchema{"aten::f(str s=\"abc) -> ()", 15, "unterminated string literal"},
+        BadSchema{"aten::f(str s=\"a\\qb\") -> ()", 17, "unknown escape sequence"},
+        BadSchema{"aten::f(Device d=\"gpu\") -> ()", 18, "invalid device 'gpu'"},
+        BadSchema{"aten::f(Tensor x, Tensor x) -> ()", 19, "argument name 'x' is used twice"},
+        BadSchema{"aten::f(int x=1, int y) -> ()", 18, "non-default argument 'y' follows a default argument"},
+        BadSchema{"aten::f(int x=1, ...) -> ()", 9, "cannot have default values"},
+        BadSchema{"aten::f.default(Tensor x) -> ()", 9, "'default' is not a legal overload name"},
+        BadSchema{"aten::f.__x(Tensor x) -> ()", 9, "may not start with '__'"},
+        BadSchema{"aten::f(int[x] y) -> ()", 13, "a list size"},
+        BadSchema{"aten::f(int[-1] y) -> ()", 13, "a list size"},
+        BadSchema{"aten::f(Tensor x) -> Tensor out extra", 33, "expected the end of the schema, got 'extra'"},
+        BadSchema{"aten::f(Tensor x) -> (Tensor", 29, "expected ',' or ')' in the return list"},
+        BadSchema{"aten::f(Tensor x) -> Tensor(a!", 31, "')' to close the alias annotation"},
+        BadSchema{"aten::f(Dict(str) x) -> ()", 17, "',' between the key and value types"},
+        BadSchema{"aten::f(int 1x) -> ()", 13, "malformed number '1x'"},
+        BadSchema{"aten::f(Tensor \xc3\xa9) -> ()", 16, "expected an argument name"},
+        BadSchema{"aten:f(Tensor x) -> ()", 6, "'::' between the namespace"},
+        BadSchema{"aten::f(__torch__.torch.cls.x.Y a) -> ()", 25, "expected 'classes'"},
+        BadSchema{"aten::f(Any x=1) -> ()", 15, "default values are not supported for arguments of type 'Any'"},
+        BadSchema{"aten::f(Tensor[] x=[1]) -> ()", 20, "list defaults are only supported"},
+        BadSchema{"aten::f(int[2] x=[None, 1]) -> ()", 19, "None cannot be an element of a list default"}),
+    caseName);
+
+// In aten:: and prim:: schemas a lower-case unknown name is a type variable, as in
+// PyTorch, so 'double' is one there.
+TEST(SchemaTest, AtenTakesUnknownLowerCaseNamesAsTypeVariables) {
+  EXPECT_EQ(parseSchema("aten::f(double x) -> ()").arguments()[0].type->kind(), TypeKind::Var);
+}
+
+TEST(SchemaTest, NulBytesAreRejectedNotSkipped) {
+  const std::string text("aten::f(Tensor\0 x) -> ()", 24);
+  try {
+    parseSchema(text);
+    ADD_FAILURE();
+  } catch (const SchemaError& e) {
+    EXPECT_EQ(e.column(), 15u);
+  }
+}
+
+TEST(SchemaTest, AliasAnnotationsKeepTheirStructure) {
+  const FunctionSchema s = parseSchema("aten::f(Tensor(a -> *) x, Tensor(a!)[] y, Tensor! z, Tensor(a|b) w) -> ()");
+  const auto& a = s.arguments();
+  EXPECT_EQ(a[0].alias_info->after_sets, std::vector<std::string>{"*"});
+  EXPECT_TRUE(a[0].alias_info->isWildcardAfter());
+  EXPECT_TRUE(a[1].alias_info->before_sets.empty());
+  ASSERT_EQ(a[1].alias_info->contained.size(), 1u);
+  EXPECT_TRUE(a[1].alias_info->contained[0].is_write);
+  EXPECT_EQ(a[2].alias_info->before_sets, std::vector<std::string>{"$0"});
+  EXPECT_EQ(a[3].alias_info->before_sets, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(s.str(), "aten::f(Tensor(a -> *) x, Tensor(a!)[] y, Tensor($0!) z, Tensor(a|b) w) -> ()");
+}
+
+TEST(SchemaTest, SignatureWithoutName) {
+  EXPECT_EQ(parseSchema("mylib::f(Tensor x, *, int k=2) -> Tensor").signatureStr(), "(Tensor x, *, int k=2) -> Tensor");
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,205 @@
+// Tensors: factories, metadata, views, copies, meta tensors, key sets, errors.
+#include "strata/tensor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace strata {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// EXPECT_THROW plus a check of the message.
+#define EXPECT_ERROR(stmt, kind_, substr)                          \
+  do {                                                             \
+    try {                                                          \
+      stmt;                                                        \
+      ADD_FAILURE() << "expected strata::Error from " #stmt;       \
+    } catch (const Error& e) {                                     \
+      EXPECT_EQ(e.kind(), ErrorKind::kind_) << e.what();           \
+      EXPECT_THAT(e.what(), HasSubstr(substr));                    \
+    }                                                              \
+  } while (0)
+
+TEST(TensorTest, FactoriesSetSizesStridesAndValues) {
+  const Tensor z = zeros({2, 3});
+  EXPECT_EQ(z.dim(), 2);
+  EXPECT_EQ(z.numel(), 6);
+  EXPECT_THAT(std::vector<int64_t>(z.sizes().begin(), z.sizes().end()), ElementsAre(2, 3));
+  EXPECT_THAT(std::vector<int64_t>(z.strides().begin(), z.strides().end()), ElementsAre(3, 1));
+  EXPECT_EQ(z.dtype(), kFloat32);
+  EXPECT_TRUE(z.is_contiguous());
+  EXPECT_THAT(z.to_vector<float>(), ElementsAre(0, 0, 0, 0, 0, 0));
+  EXPECT_THAT(ones({3}, kInt64).to_vector<int64_t>(), ElementsAre(1, 1, 1));
+  EXPECT_THAT(full({2}, 2.5, kFloat64).to_vector<double>(), ElementsAre(2.5, 2.5));
+  EXPECT_THAT(full({2}, true, kBool).to_vector<bool>(), ElementsAre(true, true));
+  EXPECT_EQ(empty({4}, kUInt8).nbytes(), 4u);
+  EXPECT_EQ(empty({0, 5}).numel(), 0);
+  EXPECT_EQ(empty({}).numel(), 1);  // a 0-d tensor holds one element
+}
+
+TEST(TensorTest, ArangeInfersDtypeLikeTorch) {
+  const Tensor i = arange(5);
+  EXPECT_EQ(i.dtype(), kInt64);
+  EXPECT_THAT(i.to_vector<int64_t>(), ElementsAre(0, 1, 2, 3, 4));
+  const Tensor f = arange(0.0, 1.0, 0.25);
+  EXPECT_EQ(f.dtype(), kFloat32);
+  EXPECT_THAT(f.to_vector<float>(), ElementsAre(0.0f, 0.25f, 0.5f, 0.75f));
+  EXPECT_THAT(arange(5, 0, -2).to_vector<int64_t>(), ElementsAre(5, 3, 1));
+  EXPECT_THAT(arange(3, TensorOptions(kFloat64)).to_vector<double>(), ElementsAre(0, 1, 2));
+  EXPECT_ERROR(arange(0, 5, 0), Value, "step must be nonzero");
+  EXPECT_ERROR(arange(5, 0, 1), Value, "inconsistent with step sign");
+}
+
+TEST(TensorTest, FromVectorCopiesAndShapes) {
+  std::vector<int32_t> v{1, 2, 3, 4, 5, 6};
+  const Tensor t = from_vector(v, std::vector<int64_t>{2, 3});
+  v[0] = 100;  // a copy: the tensor does not see this
+  EXPECT_EQ(t.dtype(), kInt32);
+  EXPECT_EQ(t.size(0), 2);
+  EXPECT_EQ(t.size(-1), 3);
+  EXPECT_EQ(t.data_ptr<int32_t>()[0], 1);
+  EXPECT_THAT(from_vector<bool>({true, false}).to_vector<bool>(), ElementsAre(true, false));
+  EXPECT_ERROR(from_vector<float>({1, 2, 3}, std::vector<int64_t>{2, 2}), Value, "hold 4 elements but 3 values");
+}
+
+TEST(TensorTest, TypedDataPtrChecksTheDtype) {
+  const Tensor t = zeros({2}, kFloat32);
+  EXPECT_NE(t.data_ptr<float>(), nullptr);
+  EXPECT_ERROR(t.data_ptr<double>(), Type, "data_ptr<float64>() called on a tensor of dtype float32");
+  EXPECT_ERROR(t.data_ptr<int64_t>(), Type, "int64");
+}
+
+TEST(TensorTest, NegativeSizesAndBadDimsAreErrors) {
+  EXPECT_ERROR(empty({2, -1}), Value, "negative size -1");
+  const Tensor t = zeros({2, 3});
+  EXPECT_ERROR(t.size(2), Index, "dimension out of range (expected to be in range of [-2, 1], but got 2)");
+  EXPECT_ERROR(t.select(0, 5), Index, "index 5 out of range");
+  EXPECT_ERROR(t.view({4}), Value, "shape [4] is invalid for input of size 6");
+  EXPECT_ERROR(t.view({-1, -1}), Value, "only one dimension can be inferred");
+  EXPECT_ERROR(t.permute({0, 0}), Value, "repeats");
+  EXPECT_ERROR(t.as_strided({10}, {1}), Value, "need 40 bytes but the storage has 24");
+  EXPECT_ERROR(t.as_strided({2}, {-1}), Value, "negative stride");
+}
+
+TEST(TensorTest, UndefinedTensorIsAnErrorNotACrash) {
+  const Tensor u;
+  EXPECT_FALSE(u.defined());
+  EXPECT_ERROR(u.sizes(), Value, "undefined");
+  EXPECT_ERROR(u.data_ptr(), Value, "undefined");
+  EXPECT_EQ(u.str(), "tensor(undefined)");
+}
+
+TEST(TensorTest, ViewsShareStorage) {
+  const Tensor a = arange(6, kFloat32).view({2, 3});
+  const Tensor t = a.transpose(0, 1);
+  EXPECT_TRUE(t.is_alias_of(a));
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_THAT(std::vector<int64_t>(t.strides().begin(), t.strides().end()), ElementsAre(1, 3));
+  EXPECT_THAT(t.contiguous().to_vector<float>(), ElementsAre(0, 3, 1, 4, 2, 5));
+  EXPECT_FALSE(t.contiguous().is_alias_of(a));
+
+  const Tensor row = a.select(0, 1);
+  EXPECT_EQ(row.storage_offset(), 3);
+  row.fill_(7);  // writes through the view
+  EXPECT_THAT(a.to_vector<float>(), ElementsAre(0, 1, 2, 7, 7, 7));
+
+  const Tensor s = arange(10).slice(0, 1, 8, 3);
+  EXPECT_THAT(s.to_vector<int64_t>(), ElementsAre(1, 4, 7));
+  EXPECT_THAT(arange(10).slice(0, -3, 100).to_vector<int64_t>(), ElementsAre(7, 8, 9));
+  EXPECT_EQ(arange(10).slice(0, 5, 2).numel(), 0);
+  const Tensor u = a.unsqueeze(1);
+  EXPECT_THAT(std::vector<int64_t>(u.sizes().begin(), u.sizes().end()), ElementsAre(2, 1, 3));
+  EXPECT_EQ(u.stride(1), 3);
+  EXPECT_ERROR(a.transpose(0, 1).view({6}), Value, "use reshape() instead");
+  EXPECT_THAT(a.transpose(0, 1).reshape({6}).to_vector<float>(), ElementsAre(0, 7, 1, 7, 2, 7));
+}
+
+TEST(TensorTest, CopyConvertsDtypesAndHonoursStrides) {
+  const Tensor src = arange(6, kInt64).view({2, 3}).transpose(0, 1);
+  const Tensor dst = empty({3, 2}, kFloat64);
+  dst.copy_(src);
+  EXPECT_THAT(dst.to_vector<double>(), ElementsAre(0, 3, 1, 4, 2, 5));
+  EXPECT_THAT(from_vector<float>({0.0f, 2.5f, -1.0f}).to(kBool).to_vector<bool>(), ElementsAre(false, true, true));
+  EXPECT_THAT(from_vector<float>({2.7f, -2.7f}).to(kInt32).to_vector<int32_t>(), ElementsAre(2, -2));
+  EXPECT_ERROR(empty({2}).copy_(empty({3})), Value, "destination sizes [2] differ from source sizes [3]");
+  const Tensor same = zeros({2});
+  EXPECT_EQ(same.to(kFloat32).unsafeGetTensorImpl(), same.unsafeGetTensorImpl());  // no-op conversion
+  EXPECT_NE(same.clone().unsafeGetTensorImpl(), same.unsafeGetTensorImpl());
+}
+
+TEST(TensorTest, ItemAndEqual) {
+  EXPECT_EQ(full({1}, 3).item().toLong(), 3);
+  EXPECT_DOUBLE_EQ(full({}, 0.5, kFloat16).item().toDouble(), 0.5);
+  EXPECT_ERROR(zeros({2}).item(), Value, "a tensor with 2 elements cannot be converted");
+  EXPECT_TRUE(arange(4).equal(arange(4)));
+  EXPECT_FALSE(arange(4).equal(arange(4).to(kInt32)));
+  EXPECT_FALSE(arange(4).equal(arange(5).slice(0, 1, 5)));
+}
+
+TEST(TensorTest, MetaTensorsHaveShapeButNoData) {
+  const Tensor m = empty({2, 3}, TensorOptions(kMeta).with_dtype(kFloat16));
+  EXPECT_TRUE(m.is_meta());
+  EXPECT_EQ(m.numel(), 6);
+  EXPECT_EQ(m.dtype(), kFloat16);
+  EXPECT_EQ(m.key_set(), DispatchKeySet(DispatchKey::Meta));
+  EXPECT_ERROR(m.data_ptr(), Device, "cannot access the data of a tensor on the meta device");
+  EXPECT_ERROR(m.data_ptr<Half>(), Device, "meta");
+  EXPECT_ERROR(m.select(0, 0).select(0, 0).item(), Device, "cannot copy out of a meta tensor");
+  EXPECT_ERROR(m.to(kCPU), Device, "meta tensors have no data");
+  // Everything that needs no data works.
+  const Tensor t = m.transpose(0, 1);
+  EXPECT_TRUE(t.is_meta());
+  EXPECT_TRUE(t.contiguous().is_contiguous());
+  EXPECT_TRUE(zeros({2, 3}).to(kMeta).is_meta());
+  EXPECT_TRUE(ones({4}, TensorOptions(kMeta)).is_meta());
+  EXPECT_EQ(m.str(), "tensor(..., size=(2, 3), device='meta', dtype=float16)");
+}
+
+TEST(TensorTest, KeySetFollowsDeviceAndRequiresGrad) {
+  const Tensor t = zeros({2});
+  EXPECT_EQ(t.key_set(), DispatchKeySet(DispatchKey::CPU));
+  t.set_requires_grad(true);
+  EXPECT_EQ(t.key_set(), (DispatchKeySet{DispatchKey::CPU, DispatchKey::AutogradCPU}));
+  EXPECT_EQ(t.key_set().highestPriorityKey(), DispatchKey::AutogradCPU);
+  EXPECT_TRUE(t.transpose(0, 0).requires_grad());  // views keep it
+  t.set_requires_grad(false);
+  EXPECT_EQ(t.key_set(), DispatchKeySet(DispatchKey::CPU));
+  EXPECT_ERROR(zeros({2}, kInt64).set_requires_grad(true), Type, "only tensors of floating point dtype");
+  const Tensor m = empty({1}, TensorOptions(kMeta).with_requires_grad(true));
+  EXPECT_EQ(m.key_set(), (DispatchKeySet{DispatchKey::Meta, DispatchKey::AutogradMeta}));
+}
+
+TEST(TensorTest, PrintsLikeTorch) {
+  EXPECT_EQ(arange(3, kFloat32).str(), "tensor([0., 1., 2.])");
+  EXPECT_EQ(arange(3).str(), "tensor([0, 1, 2])");
+  EXPECT_EQ(from_vector<double>({0.5, 1.25}).str(), "tensor([0.5000, 1.2500], dtype=float64)");
+  EXPECT_EQ(from_vector<bool>({true, false}).str(), "tensor([True, False])");
+  EXPECT_EQ(full({}, 2).str(), "tensor(2.)");  // float32 by default, as torch.full
+  EXPECT_EQ(full({}, 2, kInt64).str(), "tensor(2)");
+}
+
+// Concurrency: handles to one tensor copied and dropped on several threads; the
+// refcount must end where it started (run under TSan: label "concurrency").
+TEST(TensorConcurrencyTest, RefcountIsThreadSafe) {
+  const Tensor t = zeros({4});
+  const uint32_t before = t.getIntrusivePtr().use_count();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([t] {
+      for (int k = 0; k < 20000; ++k) {
+        Tensor copy = t;
+        Tensor view = copy.slice(0, 0, 2);
+        (void)view.numel();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(t.getIntrusivePtr().use_count(), before);
+}
+
+}  // namespace
+}  // namespace strata
