@@ -11,6 +11,7 @@
 //              | 'Union' '(' types ')' alias? | 'Future'|'Await'|'RRef' '(' type ')'
 //              | '__torch__.torch.classes.' IDENT '.' IDENT | BASE alias? ) ( '[]' alias? | '?' )*
 //   alias    := '(' sets ['!'] ['->' sets] ')' | '!'
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -30,7 +31,22 @@ struct Token {
   size_t begin = 0;    // byte offsets into the text
   size_t end = 0;
   std::string text;    // the spelling; for strings, the decoded value
+  bool keyword = false;  // an Ident that PyTorch's lexer reserves (see isKeyword)
 };
+
+// The identifier-like tokens of PyTorch's JIT lexer (torch/csrc/jit/frontend/
+// lexer.h). They are never names: `Tensor in` or `aten::for` do not parse there,
+// so they do not parse here. `from` and `to` are not among them.
+bool isKeyword(std::string_view s) {
+  static constexpr std::string_view kKeywords[] = {
+      "def", "if", "else", "elif", "while", "return", "is", "True", "False", "None", "and", "or", "not",
+      "global", "for", "in", "raise", "assert", "break", "continue", "del", "pass", "class", "import",
+      "with", "as", "Ellipsis", "NoneType"};
+  for (std::string_view k : kKeywords) {
+    if (k == s) return true;
+  }
+  return false;
+}
 
 bool isIdentStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool isIdentChar(char c) { return isIdentStart(c) || (c >= '0' && c <= '9'); }
@@ -82,8 +98,13 @@ class Parser {
   void expectChar(char c, const std::string& what) {
     if (!nextIfChar(c)) fail(cur(), what);
   }
+  // A name: an identifier that is neither a keyword nor a fresh alias set ($0).
+  bool isName(const Token& t) const { return t.kind == Tok::Ident && !t.keyword && t.text[0] != '$'; }
   Token expectIdent(const std::string& what) {
-    if (cur().kind != Tok::Ident || cur().text[0] == '$') fail(cur(), what);
+    if (!isName(cur())) {
+      if (cur().keyword) failAt(cur().begin, "expected " + what + ", got the keyword '" + cur().text + "'");
+      fail(cur(), what);
+    }
     return next();
   }
 
@@ -125,6 +146,7 @@ Token Parser::lex() {
     while (e < text_.size() && isIdentChar(text_[e])) ++e;
     t.kind = Tok::Ident;
     t.text = std::string(text_.substr(pos_, e - pos_));
+    t.keyword = isKeyword(t.text);
     pos_ = t.end = e;
     return t;
   }
@@ -302,9 +324,8 @@ void Parser::checkSchema(const std::vector<Argument>& args, const std::vector<si
   bool seen_default = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const Argument& a = args[i];
-    for (size_t j = 0; j < i; ++j) {
-      if (args[j].name == a.name) failAt(columns[i], "argument name '" + a.name + "' is used twice");
-    }
+    // Repeated names are allowed, as in PyTorch: a registered schema has one
+    // (static_runtime::clamp_nan_to_num takes `posinf` twice).
     if (is_vararg && a.default_value) {
       failAt(columns[i], "schemas with varargs ('...') cannot have default values ('" + a.name + "')");
     }
@@ -350,7 +371,7 @@ Argument Parser::parseArgument(bool is_return, bool kwarg_only, size_t* column) 
   arg.N = N;
   arg.alias_info = std::move(alias);
   if (is_return) {
-    if (cur().kind == Tok::Ident && cur().text[0] != '$') arg.name = next().text;
+    if (isName(cur())) arg.name = next().text;
     return arg;
   }
   arg.name = expectIdent("an argument name after the type '" + arg.type->str() + "'").text;
@@ -377,7 +398,10 @@ TypePtr Parser::parseBaseType() {
       {"Any", TypeKind::Any}, {"AnyClassType", TypeKind::AnyClass},
       {"AnyEnumType", TypeKind::AnyEnum},
   };
-  if (cur().kind != Tok::Ident || cur().text[0] == '$') fail(cur(), "a type");
+  if (!isName(cur()) && !isIdent("None") && !isIdent("NoneType")) {
+    if (cur().keyword) failAt(cur().begin, "expected a type, got the keyword '" + cur().text + "'");
+    fail(cur(), "a type");
+  }
   const Token tok = next();
   for (const auto& [name, kind] : kBase) {
     if (name == tok.text) return Type::get(kind);
@@ -424,7 +448,16 @@ std::pair<TypePtr, std::optional<AliasInfo>> Parser::parseType() {
   } else if (isIdent("Dict")) {
     next();
     expectChar('(', "'(' after 'Dict'");
+    const size_t key_offset = cur().begin;
     TypePtr key = parseType().first;
+    switch (key->kind()) {
+      case TypeKind::Int: case TypeKind::Bool: case TypeKind::Float: case TypeKind::Complex:
+      case TypeKind::Str: case TypeKind::Tensor: case TypeKind::Device: case TypeKind::Any:
+        break;
+      default:
+        failAt(key_offset, "'" + key->str() + "' cannot be a Dict key; keys are int, float, complex, bool, "
+                           "str, Tensor, Device or Any");
+    }
     expectChar(',', "',' between the key and value types of 'Dict'");
     TypePtr value = parseType().first;
     expectChar(')', "')' to close 'Dict('");
@@ -486,12 +519,16 @@ void Parser::parseAliasSets(std::vector<std::string>& sets) {
     if (nextIfChar('*')) {
       sets.emplace_back("*");
     } else {
-      if (cur().kind != Tok::Ident) fail(cur(), "an alias set name (like 'a') or '*'");
+      if (cur().kind != Tok::Ident || cur().keyword) fail(cur(), "an alias set name (like 'a') or '*'");
       std::string name = next().text;
       // After a wildcard, further sets add nothing (PyTorch drops them too).
       if (std::find(sets.begin(), sets.end(), "*") == sets.end()) sets.push_back(std::move(name));
     }
   } while (nextIfChar('|'));
+  // PyTorch keeps alias sets in a set: `(b|a)` and `(a|b)` are one annotation,
+  // and `(a|a)` is `(a)`. Sorted order makes the printed form canonical.
+  std::sort(sets.begin(), sets.end());
+  sets.erase(std::unique(sets.begin(), sets.end()), sets.end());
 }
 
 std::optional<AliasInfo> Parser::parseAliasAnnotation() {
@@ -585,30 +622,33 @@ IValue Parser::parseDefault(const TypePtr& type, std::optional<int32_t> N) {
 IValue Parser::parseConstant(const TypePtr& type, bool optional_form) {
   const TypeKind k = fakeKind(*type);
   const Token tok = cur();
-  auto mismatch = [&](const char* got) {
-    failAt(tok.begin, "a " + type->str() + " default cannot be " + got + " (" + describe(tok) + ")");
+  // `literal_end` is where the offending literal ends (a negative number spans
+  // two tokens).
+  auto mismatch = [&](const char* got, size_t literal_end) {
+    failAt(tok.begin, "expected a default of type " + type->str() + ", got " + got + " ('" +
+                          std::string(text_.substr(tok.begin, literal_end - tok.begin)) + "')");
   };
   if (tok.kind == Tok::Ident) {
     next();
     if (tok.text == "None") return IValue();
     if (tok.text == "True" || tok.text == "False") {
-      if (k != TypeKind::Bool && k != TypeKind::Scalar) mismatch("a bool");
+      if (k != TypeKind::Bool && k != TypeKind::Scalar) mismatch("a bool", tok.end);
       return IValue(tok.text == "True");
     }
-    if (k != TypeKind::Int) mismatch("an identifier");
+    if (k != TypeKind::Int) mismatch("an identifier", tok.end);
     if (auto v = identifierDefault(tok.text, *type)) return IValue(*v);
     failAt(tok.begin, "invalid default value '" + tok.text + "' for a " + type->str() + " argument");
   }
   if (tok.kind == Tok::String) {
     next();
-    if (k != TypeKind::Str) mismatch("a string");
+    if (k != TypeKind::Str) mismatch("a string", tok.end);
     return IValue(tok.text);
   }
   const bool negative = nextIfChar('-');
   if (cur().kind != Tok::Number) fail(cur(), "a default value for the " + type->str() + " argument");
   const Token num = next();
   const std::string n = (negative ? "-" : "") + num.text;
-  if (k == TypeKind::Bool || k == TypeKind::Str) mismatch("a number");
+  if (k == TypeKind::Bool || k == TypeKind::Str) mismatch("a number", num.end);
   const bool imaginary = n.back() == 'j';
   const bool float_form = n.find_first_of(".eE") != std::string::npos;
   auto toDouble = [&](std::string_view s) {
@@ -620,12 +660,12 @@ IValue Parser::parseConstant(const TypePtr& type, bool optional_form) {
     return v;
   };
   if (imaginary) {
-    if (k != TypeKind::Complex && k != TypeKind::Scalar) mismatch("an imaginary number");
+    if (k != TypeKind::Complex && k != TypeKind::Scalar) mismatch("an imaginary number", num.end);
     return IValue(std::complex<double>(0, toDouble(std::string_view(n).substr(0, n.size() - 1))));
   }
   if (k == TypeKind::Complex) return IValue(std::complex<double>(toDouble(n), 0));
   if ((k == TypeKind::Float && !optional_form) || float_form) {
-    if (k == TypeKind::Int) mismatch("a float");
+    if (k == TypeKind::Int) mismatch("a float", num.end);
     return IValue(toDouble(n));
   }
   int64_t v = 0;

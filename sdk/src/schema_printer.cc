@@ -7,7 +7,7 @@
 //  - types print as written, except aliases PyTorch resolves while parsing
 //    (Dimname -> str, ConstQuantizerPtr/DeviceIndex -> int, None -> NoneType);
 //  - an alias annotation follows the type it annotates and precedes '?':
-//    `Tensor(a)?`, `Tensor(a!)[]`, `Tensor[](a)`; `Tensor!` prints `Tensor($0!)`;
+//    `Tensor(a)?`, `Tensor(a!)[]`, `Tensor[](a)`;
 //  - `*, ` appears once, before the first keyword-only argument; `...` last;
 //  - the returns are bare for a single unnamed-or-named return (unless its text
 //    starts with '(', e.g. a tuple type) and parenthesized otherwise; `()` is none;
@@ -18,13 +18,17 @@
 //    (`int[2] stride=1`).
 // We differ from PyTorch only where its output would not parse back, so that
 // print(parse(s)) always parses to the same schema:
-//  - the `int[N]` collapse needs the size hint N (PyTorch also collapses `int[]`
+//  - `Tensor!` prints `Tensor($0!)` (PyTorch prints `Tensor($0! -> )`);
+//  - the `int[N]` collapse needs the size hint N and exactly N elements (PyTorch also collapses `int[]`
 //    defaults, printing `int[] x=1`, which does not parse), and applies to a
 //    one-element `int[1]` default too (`int[1] padding=0`, as
 //    native_functions.yaml writes it; PyTorch prints `[0]`);
 //  - a list element's annotation stays on the element (`Tensor(a)?[]`, where
 //    PyTorch prints `Tensor?(a)[]`);
-//  - Device and string-list defaults print quoted, complex ones as `2.j`.
+//  - Device and string-list defaults print quoted, complex ones as `2.j`
+//    (PyTorch: unquoted, and `0.+2.j`).
+// Alias sets print sorted (PyTorch keeps them in an unordered set), and `T??`
+// is `T?`.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -111,8 +115,10 @@ std::string printDefault(const Argument& arg) {
   const IValue& v = *arg.default_value;
   if (type.kind() == TypeKind::List && type.element()->kind() == TypeKind::Int && v.isIntList() && arg.N) {
     const auto& list = v.toIntList();
-    const bool all_same = !list.empty() && std::all_of(list.begin(), list.end(), [&](int64_t x) { return x == list[0]; });
-    if (all_same) return std::to_string(list[0]);
+    // Only a list of exactly N equal elements: `int[2] s=[6]` must not print as
+    // `s=6`, which would parse back as [6, 6].
+    const bool all_same = std::all_of(list.begin(), list.end(), [&](int64_t x) { return x == list[0]; });
+    if (!list.empty() && all_same && list.size() == static_cast<size_t>(*arg.N)) return std::to_string(list[0]);
   }
   return printValue(v);
 }

@@ -49,7 +49,11 @@ TypePtr Type::get(TypeKind leaf) {
 }
 
 TypePtr Type::list(TypePtr element) { return make(TypeKind::List, {std::move(element)}); }
-TypePtr Type::optional(TypePtr element) { return make(TypeKind::Optional, {std::move(element)}); }
+TypePtr Type::optional(TypePtr element) {
+  // `T??` is `T?`: an optional of an optional adds nothing.
+  if (element->kind() == TypeKind::Optional) return element;
+  return make(TypeKind::Optional, {std::move(element)});
+}
 TypePtr Type::dict(TypePtr key, TypePtr value) { return make(TypeKind::Dict, {std::move(key), std::move(value)}); }
 TypePtr Type::tuple(std::vector<TypePtr> elements) { return make(TypeKind::Tuple, std::move(elements)); }
 TypePtr Type::future(TypePtr element) { return make(TypeKind::Future, {std::move(element)}); }

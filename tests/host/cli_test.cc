@@ -82,7 +82,7 @@ TEST(CliSchemaTest, InvalidInputPrintsTheColumnAndExitsOne) {
             "aten::f(Tensor x) -> Tensor\n"
             "error: 11: unknown type 'Tensr'; common types are Tensor, SymInt, int, float, bool, str, Scalar, "
             "ScalarType, Device\n"
-            "error: 16: a int default cannot be a string ('\"s\"')\n");
+            "error: 16: expected a default of type int, got a string ('\"s\"')\n");
 }
 
 TEST(CliSchemaTest, GarbageNeverCrashes) {

@@ -170,9 +170,12 @@ class STRATA_API SchemaError : public Error {
 };
 
 struct SchemaParseOptions {
-  // Lower-case unknown type names become type variables (`t`, `t[]`). PyTorch
-  // allows them in aten:: and prim:: schemas only, and so do we unless this is set.
-  bool allow_typevars = false;
+  // Lower-case unknown type names become type variables (`t`, `t[]`), as in
+  // PyTorch's parseSchema and torch._C.parse_schema, which allow them by default
+  // (registered schemas outside aten:: use them, e.g. profiler:: ops taking
+  // `Future(t)`). With false, only aten:: and prim:: schemas may use them, which
+  // is what torch.library's define() enforces.
+  bool allow_typevars = true;
 };
 
 // Parses a full schema. Throws SchemaError.
