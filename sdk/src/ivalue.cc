@@ -18,21 +18,21 @@ const std::vector<T>& listOf(intrusive_ptr_target* p) {
 }  // namespace
 
 IValue::IValue(std::string s) : tag_(Tag::String) {
-  payload_.p = intrusive_ptr<ivalue::StringImpl>::make(std::move(s)).release();
+  payload_.u.p = intrusive_ptr<ivalue::StringImpl>::make(std::move(s)).release();
 }
-IValue::IValue(std::vector<int64_t> v) : tag_(Tag::IntList) { payload_.p = makeList(std::move(v)); }
-IValue::IValue(std::vector<double> v) : tag_(Tag::DoubleList) { payload_.p = makeList(std::move(v)); }
-IValue::IValue(std::vector<bool> v) : tag_(Tag::BoolList) { payload_.p = makeList(std::move(v)); }
-IValue::IValue(std::vector<Tensor> v) : tag_(Tag::TensorList) { payload_.p = makeList(std::move(v)); }
-IValue::IValue(std::vector<IValue> v) : tag_(Tag::GenericList) { payload_.p = makeList(std::move(v)); }
+IValue::IValue(std::vector<int64_t> v) : tag_(Tag::IntList) { payload_.u.p = makeList(std::move(v)); }
+IValue::IValue(std::vector<double> v) : tag_(Tag::DoubleList) { payload_.u.p = makeList(std::move(v)); }
+IValue::IValue(std::vector<bool> v) : tag_(Tag::BoolList) { payload_.u.p = makeList(std::move(v)); }
+IValue::IValue(std::vector<Tensor> v) : tag_(Tag::TensorList) { payload_.u.p = makeList(std::move(v)); }
+IValue::IValue(std::vector<IValue> v) : tag_(Tag::GenericList) { payload_.u.p = makeList(std::move(v)); }
 IValue::IValue(std::complex<double> v) : tag_(Tag::Complex) {
-  payload_.p = intrusive_ptr<ivalue::ComplexImpl>::make(v).release();
+  payload_.u.p = intrusive_ptr<ivalue::ComplexImpl>::make(v).release();
 }
 IValue::IValue(const Scalar& s) noexcept {
   switch (s.kind()) {
-    case Scalar::Kind::Int: tag_ = Tag::Int; payload_.i = s.toLong(); break;
-    case Scalar::Kind::Double: tag_ = Tag::Double; payload_.d = s.toDouble(); break;
-    case Scalar::Kind::Bool: tag_ = Tag::Bool; payload_.i = s.toBool(); break;
+    case Scalar::Kind::Int: tag_ = Tag::Int; payload_.u.i = s.toLong(); break;
+    case Scalar::Kind::Double: tag_ = Tag::Double; payload_.u.d = s.toDouble(); break;
+    case Scalar::Kind::Bool: tag_ = Tag::Bool; payload_.u.i = s.toBool(); break;
   }
 }
 
@@ -69,52 +69,52 @@ std::optional<Tensor> IValue::toOptionalTensor() const {
 
 const std::string& IValue::toStringRef() const {
   if (tag_ != Tag::String) throwWrongType(Tag::String);
-  return static_cast<const ivalue::StringImpl*>(payload_.p)->str;
+  return static_cast<const ivalue::StringImpl*>(payload_.u.p)->str;
 }
 const std::vector<int64_t>& IValue::toIntList() const {
   if (tag_ != Tag::IntList) throwWrongType(Tag::IntList);
-  return listOf<int64_t>(payload_.p);
+  return listOf<int64_t>(payload_.u.p);
 }
 const std::vector<double>& IValue::toDoubleList() const {
   if (tag_ != Tag::DoubleList) throwWrongType(Tag::DoubleList);
-  return listOf<double>(payload_.p);
+  return listOf<double>(payload_.u.p);
 }
 const std::vector<bool>& IValue::toBoolList() const {
   if (tag_ != Tag::BoolList) throwWrongType(Tag::BoolList);
-  return listOf<bool>(payload_.p);
+  return listOf<bool>(payload_.u.p);
 }
 const std::vector<Tensor>& IValue::toTensorList() const {
   if (tag_ != Tag::TensorList) throwWrongType(Tag::TensorList);
-  return listOf<Tensor>(payload_.p);
+  return listOf<Tensor>(payload_.u.p);
 }
 const std::vector<IValue>& IValue::toList() const {
   if (tag_ != Tag::GenericList) throwWrongType(Tag::GenericList);
-  return listOf<IValue>(payload_.p);
+  return listOf<IValue>(payload_.u.p);
 }
 
 ScalarType IValue::toScalarType() const {
-  if (tag_ == Tag::ScalarType) return static_cast<ScalarType>(payload_.i);
+  if (tag_ == Tag::ScalarType) return static_cast<ScalarType>(payload_.u.i);
   STRATA_CHECK(tag_ == Tag::Int, Type, "IValue: expected ScalarType, got ", typeName());
-  STRATA_CHECK(isValidScalarTypeCode(payload_.i), Value, "IValue: ", payload_.i,
+  STRATA_CHECK(isValidScalarTypeCode(payload_.u.i), Value, "IValue: ", payload_.u.i,
                " is not a ScalarType code strata supports");
-  return static_cast<ScalarType>(payload_.i);
+  return static_cast<ScalarType>(payload_.u.i);
 }
 
 Device IValue::toDevice() const {
   if (tag_ != Tag::Device) throwWrongType(Tag::Device);
-  return payload_.device;
+  return payload_.u.device;
 }
 
 std::complex<double> IValue::toComplex() const {
   if (tag_ != Tag::Complex) throwWrongType(Tag::Complex);
-  return static_cast<const ivalue::ComplexImpl*>(payload_.p)->value;
+  return static_cast<const ivalue::ComplexImpl*>(payload_.u.p)->value;
 }
 
 Scalar IValue::toScalar() const {
   switch (tag_) {
-    case Tag::Int: return Scalar(payload_.i);
-    case Tag::Double: return Scalar(payload_.d);
-    case Tag::Bool: return Scalar(payload_.i != 0);
+    case Tag::Int: return Scalar(payload_.u.i);
+    case Tag::Double: return Scalar(payload_.u.d);
+    case Tag::Bool: return Scalar(payload_.u.i != 0);
     default: STRATA_FAIL(Type, "IValue: expected Scalar (int, float or bool), got ", typeName());
   }
 }
@@ -125,10 +125,11 @@ bool operator==(const IValue& a, const IValue& b) {
     case IValue::Tag::None: return true;
     case IValue::Tag::Int:
     case IValue::Tag::Bool:
-    case IValue::Tag::ScalarType: return a.payload_.i == b.payload_.i;
-    case IValue::Tag::Double: return a.payload_.d == b.payload_.d;
-    case IValue::Tag::Device: return a.payload_.device == b.payload_.device;
-    case IValue::Tag::Tensor: return a.payload_.p == b.payload_.p;
+    case IValue::Tag::ScalarType: return a.payload_.u.i == b.payload_.u.i;
+    case IValue::Tag::Double: return a.payload_.u.d == b.payload_.u.d;
+    case IValue::Tag::Device: return a.payload_.u.device == b.payload_.u.device;
+    case IValue::Tag::Tensor:
+      return a.payload_.tensor.unsafeGetTensorImpl() == b.payload_.tensor.unsafeGetTensorImpl();
     case IValue::Tag::String: return a.toStringRef() == b.toStringRef();
     case IValue::Tag::Complex: return a.toComplex() == b.toComplex();
     case IValue::Tag::IntList: return a.toIntList() == b.toIntList();
@@ -186,12 +187,12 @@ std::string IValue::repr() const {
   switch (tag_) {
     case Tag::None: return "None";
     case Tag::Tensor: return toTensor().str();
-    case Tag::Int: return std::to_string(payload_.i);
-    case Tag::Double: return reprDouble(payload_.d);
-    case Tag::Bool: return payload_.i ? "True" : "False";
+    case Tag::Int: return std::to_string(payload_.u.i);
+    case Tag::Double: return reprDouble(payload_.u.d);
+    case Tag::Bool: return payload_.u.i ? "True" : "False";
     case Tag::String: return quoted(toStringRef());
-    case Tag::ScalarType: return toString(static_cast<ScalarType>(payload_.i));
-    case Tag::Device: return payload_.device.str();
+    case Tag::ScalarType: return toString(static_cast<ScalarType>(payload_.u.i));
+    case Tag::Device: return payload_.u.device.str();
     case Tag::Complex: {
       const auto c = toComplex();
       return "(" + reprDouble(c.real()) + (c.imag() < 0 ? "-" : "+") + reprDouble(std::fabs(c.imag())) + "j)";

@@ -67,14 +67,14 @@ class STRATA_API IValue {
     Complex,
   };
 
-  IValue() noexcept : tag_(Tag::None) { payload_.i = 0; }
+  IValue() noexcept : tag_(Tag::None) { payload_.u.i = 0; }
   IValue(std::nullopt_t) noexcept : IValue() {}  // NOLINT
-  IValue(Tensor t) noexcept : tag_(Tag::Tensor) { payload_.p = std::move(t).unsafeReleaseTensorImpl(); }  // NOLINT
+  IValue(Tensor t) noexcept : tag_(Tag::Tensor) { new (&payload_.tensor) Tensor(std::move(t)); }  // NOLINT
   IValue(std::optional<Tensor> t) : IValue(t ? IValue(std::move(*t)) : IValue()) {}  // NOLINT
-  IValue(int64_t v) noexcept : tag_(Tag::Int) { payload_.i = v; }  // NOLINT
+  IValue(int64_t v) noexcept : tag_(Tag::Int) { payload_.u.i = v; }  // NOLINT
   IValue(int32_t v) noexcept : IValue(static_cast<int64_t>(v)) {}  // NOLINT
-  IValue(double v) noexcept : tag_(Tag::Double) { payload_.d = v; }  // NOLINT
-  IValue(bool v) noexcept : tag_(Tag::Bool) { payload_.i = v; }  // NOLINT
+  IValue(double v) noexcept : tag_(Tag::Double) { payload_.u.d = v; }  // NOLINT
+  IValue(bool v) noexcept : tag_(Tag::Bool) { payload_.u.i = v; }  // NOLINT
   IValue(const char* s) : IValue(std::string(s)) {}  // NOLINT
   IValue(std::string_view s) : IValue(std::string(s)) {}  // NOLINT
   IValue(std::string s);  // NOLINT
@@ -83,8 +83,8 @@ class STRATA_API IValue {
   IValue(std::vector<bool> v);  // NOLINT
   IValue(std::vector<Tensor> v);  // NOLINT
   IValue(std::vector<IValue> v);  // NOLINT: a generic list
-  IValue(ScalarType t) noexcept : tag_(Tag::ScalarType) { payload_.i = static_cast<int64_t>(t); }  // NOLINT
-  IValue(Device d) noexcept : tag_(Tag::Device) { payload_.device = d; }  // NOLINT
+  IValue(ScalarType t) noexcept : tag_(Tag::ScalarType) { payload_.u.i = static_cast<int64_t>(t); }  // NOLINT
+  IValue(Device d) noexcept : tag_(Tag::Device) { payload_.u.device = d; }  // NOLINT
   IValue(std::complex<double> v);  // NOLINT
   // A Scalar boxes as the int, double or bool it holds.
   IValue(const Scalar& s) noexcept;  // NOLINT
@@ -94,23 +94,31 @@ class STRATA_API IValue {
   template <typename T>
   IValue(std::optional<T> v) : IValue(v ? IValue(std::move(*v)) : IValue()) {}  // NOLINT
 
-  IValue(const IValue& o) noexcept : tag_(o.tag_), payload_(o.payload_) { retain(); }
-  IValue(IValue&& o) noexcept : tag_(o.tag_), payload_(o.payload_) {
-    o.tag_ = Tag::None;
-    o.payload_.i = 0;
+  IValue(const IValue& o) noexcept : tag_(o.tag_) {
+    if (tag_ == Tag::Tensor) {
+      new (&payload_.tensor) Tensor(o.payload_.tensor);
+    } else {
+      payload_.u = o.payload_.u;
+      if (isHeapRef()) intrusive_incref(payload_.u.p);
+    }
   }
+  IValue(IValue&& o) noexcept { moveFrom(o); }
   IValue& operator=(const IValue& o) noexcept {
-    IValue(o).swap(*this);
+    if (this != &o) *this = IValue(o);
     return *this;
   }
   IValue& operator=(IValue&& o) noexcept {
-    IValue(std::move(o)).swap(*this);
+    if (this != &o) {
+      destroy();
+      moveFrom(o);
+    }
     return *this;
   }
-  ~IValue() { release(); }
+  ~IValue() { destroy(); }
   void swap(IValue& o) noexcept {
-    std::swap(tag_, o.tag_);
-    std::swap(payload_, o.payload_);
+    IValue tmp(std::move(o));
+    o = std::move(*this);
+    *this = std::move(tmp);
   }
 
   Tag tag() const { return tag_; }
@@ -140,30 +148,32 @@ class STRATA_API IValue {
   bool isScalar() const { return tag_ == Tag::Int || tag_ == Tag::Double || tag_ == Tag::Bool; }
 
   // Checked accessors. Each throws Error(Type) naming the expected and actual type.
-  Tensor toTensor() const& {
+  // By reference: unboxing costs no refcount traffic. Valid while this IValue
+  // lives and holds the tensor.
+  const Tensor& toTensor() const& {
     if (__builtin_expect(tag_ != Tag::Tensor, 0)) throwWrongType(Tag::Tensor);
-    return Tensor(intrusive_ptr<TensorImpl>(static_cast<TensorImpl*>(payload_.p)));
+    return payload_.tensor;
   }
+  // Moves the tensor out, leaving None.
   Tensor toTensor() && {
     if (__builtin_expect(tag_ != Tag::Tensor, 0)) throwWrongType(Tag::Tensor);
-    tag_ = Tag::None;
-    return Tensor::unsafeReclaim(static_cast<TensorImpl*>(std::exchange(payload_.p, nullptr)));
+    Tensor t = std::move(payload_.tensor);
+    destroy();
+    return t;
   }
-  // A reference valid while this IValue lives and holds the tensor; no refcount.
-  const TensorImpl* unsafeTensorImpl() const { return tag_ == Tag::Tensor ? static_cast<TensorImpl*>(payload_.p) : nullptr; }
   // None -> nullopt, Tensor -> the tensor.
   std::optional<Tensor> toOptionalTensor() const;
   int64_t toInt() const {
     if (__builtin_expect(tag_ != Tag::Int, 0)) throwWrongType(Tag::Int);
-    return payload_.i;
+    return payload_.u.i;
   }
   double toDouble() const {
     if (__builtin_expect(tag_ != Tag::Double, 0)) throwWrongType(Tag::Double);
-    return payload_.d;
+    return payload_.u.d;
   }
   bool toBool() const {
     if (__builtin_expect(tag_ != Tag::Bool, 0)) throwWrongType(Tag::Bool);
-    return payload_.i != 0;
+    return payload_.u.i != 0;
   }
   const std::string& toStringRef() const;
   std::string_view toStringView() const { return toStringRef(); }
@@ -190,24 +200,41 @@ class STRATA_API IValue {
   std::string repr() const;
 
  private:
-  bool isPtr() const {
-    return tag_ == Tag::Tensor || tag_ == Tag::String || tag_ == Tag::Complex || isList();
+  // True for the tags whose payload is u.p, one reference on a heap object.
+  bool isHeapRef() const { return tag_ == Tag::String || tag_ == Tag::Complex || isList(); }
+  void destroy() noexcept {
+    if (tag_ == Tag::Tensor) payload_.tensor.~Tensor();
+    else if (isHeapRef()) intrusive_decref(payload_.u.p);
+    tag_ = Tag::None;
+    payload_.u.i = 0;
   }
-  void retain() const noexcept {
-    if (isPtr() && payload_.p) intrusive_incref(payload_.p);
-  }
-  void release() noexcept {
-    if (isPtr() && payload_.p) intrusive_decref(payload_.p);
+  // REQUIRES: *this holds nothing (being constructed, or just destroyed).
+  void moveFrom(IValue& o) noexcept {
+    tag_ = o.tag_;
+    if (tag_ == Tag::Tensor) {
+      new (&payload_.tensor) Tensor(std::move(o.payload_.tensor));
+      o.payload_.tensor.~Tensor();
+    } else {
+      payload_.u = o.payload_.u;  // a heap reference moves with the bits
+    }
+    o.tag_ = Tag::None;
+    o.payload_.u.i = 0;
   }
   [[noreturn]] void throwWrongType(Tag expected) const;
 
   Tag tag_;
+  // Invariant: `tensor` is the live member iff tag_ == Tag::Tensor; otherwise `u`
+  // is, and u.p holds one reference when isHeapRef().
   union Payload {
-    int64_t i;
-    double d;
-    Device device;
-    intrusive_ptr_target* p;
-    Payload() : i(0) {}
+    union Trivial {
+      int64_t i;
+      double d;
+      Device device;
+      intrusive_ptr_target* p;
+    } u;
+    Tensor tensor;
+    Payload() : u{0} {}
+    ~Payload() {}
   } payload_;
 };
 

@@ -94,10 +94,6 @@ class STRATA_API Tensor {
   bool defined() const { return static_cast<bool>(impl_); }
   TensorImpl* unsafeGetTensorImpl() const { return impl_.get(); }
   const intrusive_ptr<TensorImpl>& getIntrusivePtr() const { return impl_; }
-  // Gives up this handle's reference (null for an undefined tensor); pair it with
-  // unsafeReclaim. IValue stores tensors this way.
-  TensorImpl* unsafeReleaseTensorImpl() && { return impl_.release(); }
-  static Tensor unsafeReclaim(TensorImpl* impl) { return Tensor(intrusive_ptr<TensorImpl>::reclaim(impl)); }
 
   // --- Metadata. Each throws strata::Error(Value) on an undefined tensor. ---
   IntArrayRef sizes() const { return impl().sizes(); }
