@@ -97,8 +97,10 @@ std::string printValue(const IValue& v) {
     case IValue::Tag::Device: return quoted(v.toDevice().str());
     case IValue::Tag::Complex: {
       const auto c = v.toComplex();
-      if (c.imag() == 0) return printDouble(c.real());
+      // An imaginary literal (`0j` too) must print as one: `0.` would parse back
+      // as a float for a Scalar argument.
       if (c.real() == 0) return printDouble(c.imag()) + "j";
+      if (c.imag() == 0) return printDouble(c.real());
       return printDouble(c.real()) + (c.imag() < 0 ? "-" : "+") + printDouble(std::fabs(c.imag())) + "j";
     }
     case IValue::Tag::IntList: return printList(v.toIntList(), [](int64_t x) { return std::to_string(x); });

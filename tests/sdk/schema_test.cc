@@ -77,8 +77,9 @@ std::string sortAliasPairs(const std::string& s) {
   auto last = s.cbegin();
   for (std::sregex_iterator it(s.begin(), s.end(), pair), end; it != end; ++it) {
     out.append(last, (*it)[0].first);
-    const auto [lo, hi] = std::minmax((*it)[1].str(), (*it)[2].str());
-    out += "(" + lo + "|" + hi + ")";
+    std::string a = (*it)[1].str(), b = (*it)[2].str();
+    if (b < a) std::swap(a, b);
+    out += "(" + a + "|" + b + ")";
     last = (*it)[0].second;
   }
   return out.append(last, s.cend());
