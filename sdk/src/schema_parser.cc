@@ -114,6 +114,7 @@ class Parser {
   std::pair<TypePtr, std::optional<AliasInfo>> parseType();
   TypePtr parseBaseType();
   std::optional<AliasInfo> parseAliasAnnotation();
+  void wrapInList(TypePtr& type, std::optional<AliasInfo>& alias);
   void parseAliasSets(std::vector<std::string>& sets);
   IValue parseDefault(const TypePtr& type, std::optional<int32_t> N);
   IValue parseConstant(const TypePtr& type, bool optional_form);
@@ -354,16 +355,7 @@ Argument Parser::parseArgument(bool is_return, bool kwarg_only, size_t* column) 
     next();
     N = n;
     expectChar(']', "']' after the list size");
-    std::optional<AliasInfo> container = parseAliasAnnotation();
-    if (alias) {
-      if (!container) {
-        container = AliasInfo{};
-        container->is_write = alias->is_write;
-      }
-      container->contained.push_back(std::move(*alias));
-    }
-    alias = std::move(container);
-    type = Type::list(std::move(type));
+    wrapInList(type, alias);
     if (nextIfChar('?')) type = Type::optional(std::move(type));
   }
   Argument arg;
@@ -495,16 +487,7 @@ std::pair<TypePtr, std::optional<AliasInfo>> Parser::parseType() {
     if (isChar('[') && peek(1).kind == Tok::Char && peek(1).ch == ']') {
       next();
       next();
-      type = Type::list(std::move(type));
-      std::optional<AliasInfo> container = parseAliasAnnotation();
-      if (alias) {
-        if (!container) {
-          container = AliasInfo{};
-          container->is_write = alias->is_write;
-        }
-        container->contained.push_back(std::move(*alias));
-      }
-      alias = std::move(container);
+      wrapInList(type, alias);
     } else if (nextIfChar('?')) {
       type = Type::optional(std::move(type));
     } else {
@@ -512,6 +495,22 @@ std::pair<TypePtr, std::optional<AliasInfo>> Parser::parseType() {
     }
   }
   return {std::move(type), std::move(alias)};
+}
+
+// After `[]` or `[N]`: the type becomes a list, an annotation after the brackets
+// is the list's own, and the element's annotation nests inside it
+// (`Tensor(a!)[]`), as PyTorch's parser builds it.
+void Parser::wrapInList(TypePtr& type, std::optional<AliasInfo>& alias) {
+  type = Type::list(std::move(type));
+  std::optional<AliasInfo> container = parseAliasAnnotation();
+  if (alias) {
+    if (!container) {
+      container = AliasInfo{};
+      container->is_write = alias->is_write;
+    }
+    container->contained.push_back(std::move(*alias));
+  }
+  alias = std::move(container);
 }
 
 void Parser::parseAliasSets(std::vector<std::string>& sets) {
