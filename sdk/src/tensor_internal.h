@@ -24,6 +24,10 @@ void forEachOffset(IntArrayRef sizes, IntArrayRef strides_a, IntArrayRef strides
   for (int64_t s : sizes) {
     if (s == 0) return;
   }
+  if (nd == 0) {  // a 0-d tensor: one element at offset 0
+    f(int64_t{0}, int64_t{0});
+    return;
+  }
   std::vector<int64_t> index(nd, 0);
   int64_t off_a = 0;
   int64_t off_b = 0;
@@ -41,9 +45,8 @@ void forEachOffset(IntArrayRef sizes, IntArrayRef strides_a, IntArrayRef strides
       off_a -= strides_a[d] * (sizes[d] - 1);
       off_b -= strides_b[d] * (sizes[d] - 1);
       index[d] = 0;
-      if (d == 0) return;
+      if (d == 0) return;  // wrapped past the outermost dim: done
     }
-    if (nd == 0) return;
   }
 }
 
