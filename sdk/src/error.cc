@@ -18,9 +18,9 @@ const char* toString(ErrorKind kind) {
 }
 
 namespace detail {
-void throwError(ErrorKind kind, std::string message) { throw Error(kind, message); }
+void throwError(ErrorKind kind, const std::string& message) { throw Error(kind, message); }
 
-void internalAssertFail(const char* cond, const char* file, int line, std::string message) {
+void internalAssertFail(const char* cond, const char* file, int line, const std::string& message) {
   throw Error(ErrorKind::Internal,
               concat("internal assert failed: ", cond, " at ", file, ":", line,
                      message.empty() ? "" : ": ", message,

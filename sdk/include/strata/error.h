@@ -44,9 +44,9 @@ std::string concat(const Args&... args) {
   (ss << ... << args);
   return ss.str();
 }
-[[noreturn]] STRATA_API void throwError(ErrorKind kind, std::string message);
+[[noreturn]] STRATA_API void throwError(ErrorKind kind, const std::string& message);
 [[noreturn]] STRATA_API void internalAssertFail(const char* cond, const char* file, int line,
-                                                std::string message);
+                                                const std::string& message);
 }  // namespace detail
 
 }  // namespace strata
