@@ -122,8 +122,13 @@ class Parser {
   IValue parseDeviceDefault();
   void checkSchema(const std::vector<Argument>& args, const std::vector<size_t>& columns, bool is_vararg);
 
+  // Types nest by recursion; a limit keeps hostile input from overflowing the
+  // stack. Real schemas nest three deep at most (`Dict(str, t)[]?`).
+  static constexpr int kMaxTypeDepth = 64;
+
   std::string_view text_;
   SchemaParseOptions options_;
+  int type_depth_ = 0;
   size_t pos_ = 0;
   std::deque<Token> buffered_;
   int next_fresh_alias_ = 0;
@@ -406,6 +411,14 @@ TypePtr Parser::parseBaseType() {
 }
 
 std::pair<TypePtr, std::optional<AliasInfo>> Parser::parseType() {
+  if (type_depth_ == kMaxTypeDepth) {
+    failAt(cur().begin, "types nest more than " + std::to_string(kMaxTypeDepth) + " levels deep");
+  }
+  struct DepthGuard {
+    int& depth;
+    explicit DepthGuard(int& d) : depth(++d) {}
+    ~DepthGuard() { --depth; }
+  } guard(type_depth_);
   TypePtr type;
   std::optional<AliasInfo> alias;
   auto parseParenthesized = [this](const char* what) {

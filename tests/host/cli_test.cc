@@ -99,6 +99,15 @@ TEST(CliSchemaTest, GarbageNeverCrashes) {
   EXPECT_THAT(r.out, StartsWith("error: "));
 }
 
+TEST(CliSchemaTest, HugeAndDeepInputsAreErrorsNotCrashes) {
+  std::string deep = "a(";
+  for (int i = 0; i < 200000; ++i) deep += "Dict(str, ";
+  const Result r = run("schema", deep + "\n" + std::string(1 << 20, 'x') + "\n");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("error: 638: types nest more than 64 levels deep\n"));
+  EXPECT_THAT(r.out, HasSubstr("error: 1048577: expected '(' and an argument list after the operator name\n"));
+}
+
 TEST(CliSchemaTest, JsonDescribesTheParsedStructure) {
   const Result r = run("schema --json " + q("aten::add.out(Tensor self, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)") +
                        " " + q("bad("));

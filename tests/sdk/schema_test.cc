@@ -282,6 +282,26 @@ TEST(SchemaTest, CxxTypeNamesGetAHintWhenTypeVariablesAreOff) {
   }
 }
 
+TEST(SchemaTest, DeepNestingIsAnErrorNotAStackOverflow) {
+  for (const char* open : {"Dict(str, ", "(", "Future(", "Union(int, "}) {
+    std::string text = "aten::f(";
+    for (int i = 0; i < 100000; ++i) text += open;
+    try {
+      parseSchema(text);
+      ADD_FAILURE();
+    } catch (const SchemaError& e) {
+      EXPECT_THAT(e.reason(), HasSubstr("types nest more than 64 levels deep")) << open;
+    }
+  }
+  // 64 levels still parse and print.
+  std::string ok = "aten::f(";
+  for (int i = 0; i < 63; ++i) ok += "Future(";
+  ok += "int";
+  for (int i = 0; i < 63; ++i) ok += ")";
+  ok += " x) -> ()";
+  EXPECT_EQ(canonical(ok), ok);
+}
+
 TEST(SchemaTest, NulBytesAreRejectedNotSkipped) {
   const std::string text("aten::f(Tensor\0 x) -> ()", 24);
   try {
