@@ -48,9 +48,9 @@ int runSchemaCommand(const QStringList& args) {
   parser.setApplicationDescription(
       "Parse operator schemas and print each in the canonical form PyTorch prints.\n"
       "Schemas come from the arguments or, when there are none, one per line on\n"
-      "standard input (blank lines are skipped). Each input gives one output line;\n"
-      "an invalid one prints 'error: <column>: <reason>'. The exit status is 1 if\n"
-      "any input was invalid, 2 for a bad command line.");
+      "standard input (blank lines and '#' comment lines are skipped). Each input\n"
+      "gives one output line; an invalid one prints 'error: <column>: <reason>'.\n"
+      "The exit status is 1 if any input was invalid, 2 for a bad command line.");
   parser.addHelpOption();
   parser.addOption({"json", "Print the parsed structure, one JSON object per line."});
   parser.addPositionalArgument("schema", "Schema strings, e.g. 'mylib::foo(Tensor x) -> Tensor'.",
@@ -75,7 +75,8 @@ int runSchemaCommand(const QStringList& args) {
   QTextStream in(stdin);
   QString line;
   while (in.readLineInto(&line)) {
-    if (line.trimmed().isEmpty()) continue;
+    const QString trimmed = line.trimmed();
+    if (trimmed.isEmpty() || trimmed.startsWith('#')) continue;  // not an input
     all_valid = canonicalize(line, json, out) && all_valid;
     out.flush();
   }

@@ -137,7 +137,16 @@ class Parser {
 // --- Lexer -----------------------------------------------------------------
 
 Token Parser::lex() {
-  while (pos_ < text_.size() && std::strchr(" \t\r\n\f\v", text_[pos_]) != nullptr && text_[pos_] != '\0') ++pos_;
+  while (pos_ < text_.size()) {
+    const char c = text_[pos_];
+    if (c == '#') {  // a comment runs to the end of the line, as in PyTorch's lexer
+      while (pos_ < text_.size() && text_[pos_] != '\n') ++pos_;
+    } else if (c != '\0' && std::strchr(" \t\r\n\f\v", c) != nullptr) {
+      ++pos_;
+    } else {
+      break;
+    }
+  }
   Token t;
   t.begin = pos_;
   if (pos_ >= text_.size()) {

@@ -67,7 +67,8 @@ TEST(CliSchemaTest, RoundTripsTheExamplesFromArguments) {
 
 TEST(CliSchemaTest, RoundTripsTheExamplesFromStdin) {
   std::string input;
-  for (const char* s : kExamples) input += std::string(s) + "\n\n";  // blank lines are skipped
+  input += "# comment lines and blank lines are not inputs\n";
+  for (const char* s : kExamples) input += std::string(s) + "\n\n";
   const Result r = run("schema", input);
   EXPECT_EQ(r.status, 0);
   std::string expected;
