@@ -3,6 +3,8 @@
 //   0 success, 1 some input was invalid, 2 the command line itself was wrong.
 #pragma once
 
+#include <QCommandLineParser>
+#include <QCoreApplication>
 #include <QStringList>
 
 namespace strata::host {
@@ -10,6 +12,16 @@ namespace strata::host {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitInvalidInput = 1;
 inline constexpr int kExitUsage = 2;
+
+// QCommandLineParser's help names the binary (argv[0]); ours names the
+// subcommand ("Usage: strata schema [options] ...").
+inline QString helpText(const QCommandLineParser& parser, const QString& command) {
+  QString help = parser.helpText();
+  const QString usage = "Usage: ";
+  const qsizetype end = help.indexOf(' ', usage.size());
+  if (help.startsWith(usage) && end > 0) help.replace(usage.size(), end - usage.size(), command);
+  return help;
+}
 
 int runSchemaCommand(const QStringList& args);
 int runDemoCommand(const QStringList& args);

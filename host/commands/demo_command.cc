@@ -30,11 +30,11 @@ int runDemoCommand(const QStringList& args) {
   parser.addHelpOption();
   QTextStream out(stdout);
   if (!parser.parse(args)) {
-    QTextStream(stderr) << args.first() << ": " << parser.errorText() << "\n" << parser.helpText();
+    QTextStream(stderr) << args.first() << ": " << parser.errorText() << "\n" << helpText(parser, args.first());
     return kExitUsage;
   }
   if (parser.isSet("help")) {
-    out << parser.helpText();
+    out << helpText(parser, args.first());
     return kExitOk;
   }
   auto line = [&out](const std::string& s) { out << QString::fromStdString(s) << "\n"; };

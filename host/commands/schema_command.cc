@@ -58,11 +58,11 @@ int runSchemaCommand(const QStringList& args) {
   QTextStream out(stdout);
   QTextStream err(stderr);
   if (!parser.parse(args)) {
-    err << args.first() << ": " << parser.errorText() << "\n" << parser.helpText();
+    err << args.first() << ": " << parser.errorText() << "\n" << helpText(parser, args.first());
     return kExitUsage;
   }
   if (parser.isSet("help")) {
-    out << parser.helpText();
+    out << helpText(parser, args.first());
     return kExitOk;
   }
   const bool json = parser.isSet("json");

@@ -132,6 +132,7 @@ TEST(CliTest, UsageErrorsExitTwo) {
   const Result h = run("schema --help");
   EXPECT_EQ(h.status, 0);
   EXPECT_THAT(h.out, HasSubstr("--json"));
+  EXPECT_THAT(h.out, StartsWith("Usage: strata schema [options] [SCHEMA...]"));
 }
 
 TEST(CliTest, DemoRuns) {
