@@ -91,6 +91,24 @@ TEST(IValueTest, GenericToHandlesOptionalsAndLists) {
   EXPECT_EQ(IValue("x").to<std::string_view>(), "x");
 }
 
+// Every type infer_schema accepts boxes and unboxes: lists of other element
+// types (str[], Tensor?[], int[][]) travel as generic lists.
+TEST(IValueTest, OtherListsBoxAsGenericLists) {
+  const IValue strs(std::vector<std::string>{"a", "b"});
+  EXPECT_TRUE(strs.isGenericList());
+  EXPECT_EQ(strs.to<std::vector<std::string>>(), (std::vector<std::string>{"a", "b"}));
+  const Tensor t = zeros({1});
+  const IValue opt(std::vector<std::optional<Tensor>>{t, std::nullopt});
+  const auto back = opt.to<std::vector<std::optional<Tensor>>>();
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0]->unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
+  EXPECT_FALSE(back[1].has_value());
+  const IValue nested(std::vector<std::vector<int64_t>>{{1}, {2, 3}});
+  EXPECT_EQ(nested.to<std::vector<std::vector<int64_t>>>()[1], (std::vector<int64_t>{2, 3}));
+  EXPECT_THROW(IValue(std::vector<IValue>{IValue(1)}).to<std::vector<std::string>>(), Error);
+  EXPECT_THROW(IValue(int64_t{1}).to<std::vector<std::string>>(), Error);
+}
+
 TEST(IValueTest, CopiesShareMovesEmpty) {
   const Tensor t = zeros({1});
   const uint32_t base = t.getIntrusivePtr().use_count();

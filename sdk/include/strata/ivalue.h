@@ -93,6 +93,9 @@ class STRATA_API IValue {
   IValue(ArrayRef<Tensor> v) : IValue(std::vector<Tensor>(v.begin(), v.end())) {}  // NOLINT
   template <typename T>
   IValue(std::optional<T> v) : IValue(v ? IValue(std::move(*v)) : IValue()) {}  // NOLINT
+  // Any other list (str[], Tensor?[], int[][], ...) boxes as a generic list.
+  template <typename T>
+  IValue(std::vector<T> v) : IValue(boxEach(std::move(v))) {}  // NOLINT
 
   IValue(const IValue& o) noexcept : tag_(o.tag_) {
     if (tag_ == Tag::Tensor) {
@@ -200,6 +203,13 @@ class STRATA_API IValue {
   std::string repr() const;
 
  private:
+  template <typename T>
+  static std::vector<IValue> boxEach(std::vector<T> v) {
+    std::vector<IValue> out;
+    out.reserve(v.size());
+    for (T& x : v) out.emplace_back(std::move(x));
+    return out;
+  }
   // True for the tags whose payload is u.p, one reference on a heap object.
   bool isHeapRef() const { return tag_ == Tag::String || tag_ == Tag::Complex || isList(); }
   void destroy() noexcept {
@@ -268,6 +278,16 @@ STRATA_IVALUE_TO(Device, v.toDevice())
 STRATA_IVALUE_TO(Scalar, v.toScalar())
 STRATA_IVALUE_TO(std::complex<double>, v.toComplex())
 #undef STRATA_IVALUE_TO
+// Lists of other element types arrive as generic lists.
+template <typename T>
+struct IValueTo<std::vector<T>> {
+  static std::vector<T> get(const IValue& v) {
+    std::vector<T> out;
+    out.reserve(v.toList().size());
+    for (const IValue& e : v.toList()) out.push_back(IValueTo<T>::get(e));
+    return out;
+  }
+};
 template <typename T>
 struct IValueTo<std::optional<T>> {
   static std::optional<T> get(const IValue& v) {
