@@ -547,8 +547,12 @@ void Parser::parseAliasSets(std::vector<std::string>& sets) {
     }
   } while (nextIfChar('|'));
   // PyTorch keeps alias sets in a set: `(b|a)` and `(a|b)` are one annotation,
-  // and `(a|a)` is `(a)`. Sorted order makes the printed form canonical.
-  std::sort(sets.begin(), sets.end());
+  // and `(a|a)` is `(a)`. Sorted order makes the printed form canonical, with a
+  // wildcard last: sets written after one are dropped, so `(*|a)` would not
+  // parse back to `(a|*)`.
+  std::sort(sets.begin(), sets.end(), [](const std::string& x, const std::string& y) {
+    return std::make_pair(x == "*", x) < std::make_pair(y == "*", y);
+  });
   sets.erase(std::unique(sets.begin(), sets.end()), sets.end());
 }
 
