@@ -106,6 +106,8 @@ TEST(IValueTest, OtherListsBoxAsGenericLists) {
   const IValue nested(std::vector<std::vector<int64_t>>{{1}, {2, 3}});
   EXPECT_EQ(nested.to<std::vector<std::vector<int64_t>>>()[1], (std::vector<int64_t>{2, 3}));
   EXPECT_THROW(IValue(std::vector<IValue>{IValue(1)}).to<std::vector<std::string>>(), Error);
+  EXPECT_TRUE(IValue(std::vector<int32_t>{1, 2}).isIntList());  // widened, not generic
+  EXPECT_TRUE(IValue(std::vector<float>{0.5f}).isDoubleList());
   EXPECT_THROW(IValue(int64_t{1}).to<std::vector<std::string>>(), Error);
 }
 

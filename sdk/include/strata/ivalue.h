@@ -93,9 +93,10 @@ class STRATA_API IValue {
   IValue(ArrayRef<Tensor> v) : IValue(std::vector<Tensor>(v.begin(), v.end())) {}  // NOLINT
   template <typename T>
   IValue(std::optional<T> v) : IValue(v ? IValue(std::move(*v)) : IValue()) {}  // NOLINT
-  // Any other list (str[], Tensor?[], int[][], ...) boxes as a generic list.
+  // Other integer and floating vectors widen to int[] and float[]; any other
+  // list (str[], Tensor?[], int[][], ...) boxes as a generic list.
   template <typename T>
-  IValue(std::vector<T> v) : IValue(boxEach(std::move(v))) {}  // NOLINT
+  IValue(std::vector<T> v) : IValue(boxList(std::move(v))) {}  // NOLINT
 
   IValue(const IValue& o) noexcept : tag_(o.tag_) {
     if (tag_ == Tag::Tensor) {
@@ -204,11 +205,17 @@ class STRATA_API IValue {
 
  private:
   template <typename T>
-  static std::vector<IValue> boxEach(std::vector<T> v) {
-    std::vector<IValue> out;
-    out.reserve(v.size());
-    for (T& x : v) out.emplace_back(std::move(x));
-    return out;
+  static IValue boxList(std::vector<T> v) {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      return IValue(std::vector<int64_t>(v.begin(), v.end()));
+    } else if constexpr (std::is_floating_point_v<T>) {
+      return IValue(std::vector<double>(v.begin(), v.end()));
+    } else {
+      std::vector<IValue> out;
+      out.reserve(v.size());
+      for (T& x : v) out.emplace_back(std::move(x));
+      return IValue(std::move(out));
+    }
   }
   // True for the tags whose payload is u.p, one reference on a heap object.
   bool isHeapRef() const { return tag_ == Tag::String || tag_ == Tag::Complex || isList(); }
