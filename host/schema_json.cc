@@ -60,11 +60,7 @@ QJsonObject argumentJson(const Argument& a) {
   o["type"] = QString::fromStdString(a.type->str());
   o["type_tree"] = typeTree(*a.type);
   if (a.N) o["N"] = *a.N;
-  if (a.default_value) {
-    // The default exactly as the canonical string prints it.
-    const std::string s = a.str();
-    o["default"] = QString::fromStdString(s.substr(s.find('=') + 1));
-  }
+  if (a.default_value) o["default"] = QString::fromStdString(a.defaultStr());
   o["kwarg_only"] = a.kwarg_only;
   if (a.alias_info) o["alias"] = aliasJson(*a.alias_info);
   return o;

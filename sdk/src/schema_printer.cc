@@ -173,6 +173,8 @@ std::string Argument::str() const {
   return s;
 }
 
+std::string Argument::defaultStr() const { return default_value ? printDefault(*this) : std::string(); }
+
 std::string FunctionSchema::str() const { return operator_name().str() + printSignature(*this); }
 std::string FunctionSchema::signatureStr() const { return printSignature(*this); }
 

@@ -45,8 +45,6 @@ enum class DispatchKey : uint8_t {
   Batched = 50,
 };
 
-inline constexpr int kNumDispatchKeyBits = 64;
-
 STRATA_API const char* toString(DispatchKey k);
 
 // The backend key for a device type (CPU -> CPU, CUDA -> CUDA, ...).

@@ -110,6 +110,8 @@ struct STRATA_API Argument {
   bool is_write() const { return alias_info && alias_info->is_write; }
   // "Tensor(a!) out", "int[2] stride=1".
   std::string str() const;
+  // The default as str() prints it ("1", "None", "[0, 1]"); "" when there is none.
+  std::string defaultStr() const;
   bool operator==(const Argument& o) const;
 };
 
