@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <regex>
 
 namespace strata {
@@ -43,30 +44,38 @@ TEST(SchemaTest, TheIssueExamplesRoundTripByteForByte) {
   }
 }
 
+// Calls check(line) for each non-blank, non-comment line of a data file, and
+// returns how many there were.
+int forEachSchemaLine(const char* path, const std::function<void(const std::string&)>& check) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << "cannot open " << path;
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    try {
+      check(line);
+    } catch (const SchemaError& e) {
+      ADD_FAILURE() << e.what();
+    }
+    ++n;
+  }
+  return n;
+}
+
 // Every line of the corpus: real schemas, each printing back as given or as the
 // "=> EXPECTED" form.
 TEST(SchemaTest, Corpus) {
-  std::ifstream in(STRATA_SCHEMA_CORPUS);
-  ASSERT_TRUE(in) << "cannot open " << STRATA_SCHEMA_CORPUS;
-  std::string line;
-  int checked = 0;
   auto trim = [](std::string s) {
     s.erase(0, s.find_first_not_of(' '));
     s.erase(s.find_last_not_of(' ') + 1);
     return s;
   };
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
+  const int checked = forEachSchemaLine(STRATA_SCHEMA_CORPUS, [&](const std::string& line) {
     const auto arrow = line.find(" => ");
     const std::string input = trim(line.substr(0, arrow));
     const std::string expected = arrow == std::string::npos ? input : trim(line.substr(arrow + 4));
-    try {
-      EXPECT_EQ(canonical(input), expected);
-    } catch (const SchemaError& e) {
-      ADD_FAILURE() << e.what();
-    }
-    ++checked;
-  }
+    EXPECT_EQ(canonical(input), expected);
+  });
   EXPECT_GT(checked, 150);
 }
 
@@ -90,23 +99,13 @@ std::string sortAliasPairs(const std::string& s) {
 // a one-element `int[1]` default prints `0` where PyTorch prints `[0]` (the
 // issue's and native_functions.yaml's spelling), and alias sets print sorted.
 TEST(SchemaTest, EverySchemaPyTorchRegistersPrintsAsPyTorchPrintsIt) {
-  std::ifstream in(STRATA_TORCH_SCHEMAS);
-  ASSERT_TRUE(in) << "cannot open " << STRATA_TORCH_SCHEMAS;
   const std::regex one_element_int1(R"((int\[1\]\?? \w+)=\[(-?\d+)\])");
-  std::string line;
-  int checked = 0;
   int normalized = 0;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
+  const int checked = forEachSchemaLine(STRATA_TORCH_SCHEMAS, [&](const std::string& line) {
     const std::string expected = sortAliasPairs(std::regex_replace(line, one_element_int1, "$1=$2"));
     normalized += expected != line;
-    try {
-      EXPECT_EQ(canonical(line), expected);
-    } catch (const SchemaError& e) {
-      ADD_FAILURE() << e.what();
-    }
-    ++checked;
-  }
+    EXPECT_EQ(canonical(line), expected);
+  });
   EXPECT_EQ(checked, 3973);
   EXPECT_EQ(normalized, 16);  // 8 int[1] defaults and 8 alias pairs; no others differ
 }
@@ -323,6 +322,14 @@ TEST(SchemaTest, AliasAnnotationsKeepTheirStructure) {
   EXPECT_EQ(a[2].alias_info->before_sets, std::vector<std::string>{"$0"});
   EXPECT_EQ(a[3].alias_info->before_sets, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(s.str(), "aten::f(Tensor(a -> *) x, Tensor(a!)[] y, Tensor($0!) z, Tensor(a|b) w) -> ()");
+}
+
+TEST(SchemaTest, DefaultStrIsWhatThePrinterPrints) {
+  const FunctionSchema s = parseSchema("mylib::f(Tensor d, int[2] a=1, str b='x', float c=1e-05) -> ()");
+  EXPECT_EQ(s.arguments()[0].defaultStr(), "");
+  EXPECT_EQ(s.arguments()[1].defaultStr(), "1");
+  EXPECT_EQ(s.arguments()[2].defaultStr(), "\"x\"");
+  EXPECT_EQ(s.arguments()[3].defaultStr(), "1.0000000000000001e-05");
 }
 
 TEST(SchemaTest, SignatureWithoutName) {
