@@ -1,5 +1,7 @@
 #include "strata/dispatch_key.h"
 
+#include "strata/error.h"
+
 namespace strata {
 
 const char* toString(DispatchKey k) {
@@ -16,20 +18,43 @@ const char* toString(DispatchKey k) {
     case DispatchKey::AutocastCPU: return "AutocastCPU";
     case DispatchKey::AutocastCUDA: return "AutocastCUDA";
     case DispatchKey::Batched: return "Batched";
+    case DispatchKey::CompositeExplicitAutograd: return "CompositeExplicitAutograd";
+    case DispatchKey::CompositeImplicitAutograd: return "CompositeImplicitAutograd";
+    case DispatchKey::Autograd: return "Autograd";
   }
   return "UnknownKey";
 }
 
+DispatchKey parseDispatchKey(std::string_view name) {
+  static constexpr DispatchKey kNamed[] = {
+      DispatchKey::CPU,          DispatchKey::CUDA,         DispatchKey::PrivateUse1,
+      DispatchKey::Meta,         DispatchKey::Mode,         DispatchKey::AutogradMeta,
+      DispatchKey::AutogradCPU,  DispatchKey::AutogradCUDA, DispatchKey::AutocastCPU,
+      DispatchKey::AutocastCUDA, DispatchKey::Batched,      DispatchKey::CompositeExplicitAutograd,
+      DispatchKey::CompositeImplicitAutograd, DispatchKey::Autograd};
+  for (DispatchKey k : kNamed) {
+    if (name == toString(k)) return k;
+  }
+  if (name == "cpu") return DispatchKey::CPU;
+  if (name == "cuda") return DispatchKey::CUDA;
+  if (name == "meta") return DispatchKey::Meta;
+  if (name == "privateuse1") return DispatchKey::PrivateUse1;
+  if (name == "default") return DispatchKey::CompositeExplicitAutograd;
+  std::string known;
+  for (DispatchKey k : kNamed) known += std::string(known.empty() ? "" : ", ") + toString(k);
+  STRATA_FAIL(Value, "unknown dispatch key or device type '", name,
+               "': expected a device type (cpu, cuda, meta, privateuse1), 'default', or one of ", known);
+}
+
 std::string DispatchKeySet::str() const {
   std::string s = "DispatchKeySet(";
-  DispatchKeySet rest = *this;
   bool first = true;
-  while (!rest.empty()) {
-    const DispatchKey k = rest.highestPriorityKey();
+  for (int bit = 63; bit >= 0; --bit) {
+    if ((repr_ & (uint64_t{1} << bit)) == 0) continue;
     if (!first) s += ", ";
     first = false;
-    s += toString(k);
-    rest = rest.remove(k);
+    const auto k = static_cast<DispatchKey>(bit);
+    s += isRuntimeKey(k) ? std::string(toString(k)) : "bit" + std::to_string(bit);
   }
   return s + ")";
 }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <string_view>
 
 #include "strata/device.h"
 #include "strata/export.h"
@@ -43,9 +44,42 @@ enum class DispatchKey : uint8_t {
   AutocastCUDA = 42,
   // vmap.
   Batched = 50,
+
+  // --- Alias keys: for registration only; never in a DispatchKeySet. Each stands
+  // for a set of runtime keys (runtimeKeySetFor). Values above 63 have no bit.
+  // "default" in torch.library.impl. Backends only: autograd does not see through it.
+  CompositeExplicitAutograd = 64,
+  // Backends and autograd keys: a decomposition into other ops that autograd can
+  // differentiate (the catch-all of Library::def(name, fn)).
+  CompositeImplicitAutograd = 65,
+  // Every Autograd<Backend> key.
+  Autograd = 66,
 };
 
+// The largest runtime key value + 1: the size of a per-key dispatch table.
+inline constexpr size_t kNumRuntimeKeySlots = 64;
+
 STRATA_API const char* toString(DispatchKey k);
+
+constexpr bool isAliasKey(DispatchKey k) { return static_cast<uint8_t>(k) >= 64; }
+constexpr bool isRuntimeKey(DispatchKey k) {
+  switch (k) {
+    case DispatchKey::CPU:
+    case DispatchKey::CUDA:
+    case DispatchKey::PrivateUse1:
+    case DispatchKey::Meta:
+    case DispatchKey::Mode:
+    case DispatchKey::AutogradMeta:
+    case DispatchKey::AutogradCPU:
+    case DispatchKey::AutogradCUDA:
+    case DispatchKey::AutocastCPU:
+    case DispatchKey::AutocastCUDA:
+    case DispatchKey::Batched:
+      return true;
+    default:
+      return false;
+  }
+}
 
 // The backend key for a device type (CPU -> CPU, CUDA -> CUDA, ...).
 constexpr DispatchKey backendKey(DeviceType t) {
@@ -82,8 +116,10 @@ constexpr DispatchKey autogradKey(DeviceType t) {
 class DispatchKeySet {
  public:
   constexpr DispatchKeySet() = default;
+  // Undefined and alias keys have no bit: they give the empty set.
   constexpr explicit DispatchKeySet(DispatchKey k)
-      : repr_(k == DispatchKey::Undefined ? 0 : uint64_t{1} << static_cast<uint8_t>(k)) {}
+      : repr_(k == DispatchKey::Undefined || static_cast<uint8_t>(k) >= 64 ? 0
+                                                                          : uint64_t{1} << static_cast<uint8_t>(k)) {}
   constexpr DispatchKeySet(std::initializer_list<DispatchKey> keys) {
     for (DispatchKey k : keys) repr_ |= DispatchKeySet(k).repr_;
   }
@@ -122,6 +158,49 @@ class DispatchKeySet {
  private:
   uint64_t repr_ = 0;
 };
+
+// The runtime keys of each group.
+inline constexpr DispatchKeySet kBackendKeys{DispatchKey::CPU, DispatchKey::CUDA, DispatchKey::PrivateUse1,
+                                             DispatchKey::Meta};
+inline constexpr DispatchKeySet kAutogradKeys{DispatchKey::AutogradCPU, DispatchKey::AutogradCUDA,
+                                              DispatchKey::AutogradMeta};
+inline constexpr DispatchKeySet kAutocastKeys{DispatchKey::AutocastCPU, DispatchKey::AutocastCUDA};
+inline constexpr DispatchKeySet kAllRuntimeKeys = kBackendKeys | kAutogradKeys | kAutocastKeys |
+                                                  DispatchKeySet{DispatchKey::Mode, DispatchKey::Batched};
+
+// The runtime keys a registration at k fills: {k} for a runtime key, the alias's
+// set for an alias key (CompositeExplicitAutograd: backends; CompositeImplicitAutograd:
+// backends and autograd; Autograd: autograd).
+constexpr DispatchKeySet runtimeKeySetFor(DispatchKey k) {
+  switch (k) {
+    case DispatchKey::CompositeExplicitAutograd: return kBackendKeys;
+    case DispatchKey::CompositeImplicitAutograd: return kBackendKeys | kAutogradKeys;
+    case DispatchKey::Autograd: return kAutogradKeys;
+    default: return isRuntimeKey(k) ? DispatchKeySet(k) : DispatchKeySet();
+  }
+}
+
+// The backend key an autograd key pairs with (AutogradCPU -> CPU), else Undefined.
+constexpr DispatchKey backendOfAutogradKey(DispatchKey k) {
+  switch (k) {
+    case DispatchKey::AutogradCPU: return DispatchKey::CPU;
+    case DispatchKey::AutogradCUDA: return DispatchKey::CUDA;
+    case DispatchKey::AutogradMeta: return DispatchKey::Meta;
+    default: return DispatchKey::Undefined;
+  }
+}
+
+// Every key strictly above k: the keys a kernel at k masks out when it
+// redispatches (see Note [Redispatch masks] in dispatcher.h).
+constexpr DispatchKeySet keysAbove(DispatchKey k) { return DispatchKeySet::fromRaw(~DispatchKeySet::fullUpTo(k).raw() & ~uint64_t{1}); }
+// Every key strictly below k: what `ks & keysBelow(k)` leaves for a redispatch.
+constexpr DispatchKeySet keysBelow(DispatchKey k) { return DispatchKeySet::fullUpTo(k).remove(k); }
+
+// A key from its name: the enum names ("CPU", "AutogradCPU", "CompositeExplicitAutograd",
+// ...), the device types "cpu", "cuda", "meta", "privateuse1" (their backend keys), and
+// "default" (CompositeExplicitAutograd), as torch.library.impl accepts them. Throws
+// strata::Error(Value) listing the accepted names for anything else.
+STRATA_API DispatchKey parseDispatchKey(std::string_view name);
 
 STRATA_API std::ostream& operator<<(std::ostream& os, DispatchKeySet ks);
 STRATA_API std::ostream& operator<<(std::ostream& os, DispatchKey k);

@@ -7,12 +7,16 @@
 //   schema.h        FunctionSchema: PyTorch's schema language, parsed and printed
 //   infer_schema.h  schemas from C++ kernel types
 //   dispatch_key.h  DispatchKey / DispatchKeySet and Note [Dispatch key order]
+//   library.h       Library, CppFunction, STRATA_LIBRARY: defining ops, registering kernels
+//   dispatcher.h    OperatorHandle, calls, set_kernel_enabled, get_kernel, dump, explain
+//   ops.h           the core:: operators, called through the dispatcher
 //   dlpack.h        zero-copy exchange with other frameworks
 //   error.h         strata::Error, what every API throws
 #pragma once
 
 #include "strata/cuda.h"
 #include "strata/device.h"
+#include "strata/dispatcher.h"
 #include "strata/dispatch_key.h"
 #include "strata/dlpack.h"
 #include "strata/error.h"
@@ -20,6 +24,10 @@
 #include "strata/infer_schema.h"
 #include "strata/intrusive_ptr.h"
 #include "strata/ivalue.h"
+#include "strata/kernel_function.h"
+#include "strata/library.h"
+#include "strata/local_dispatch_key_set.h"
+#include "strata/ops.h"
 #include "strata/scalar.h"
 #include "strata/scalar_type.h"
 #include "strata/schema.h"

@@ -1,0 +1,448 @@
+// The dispatcher: operators by name, their dispatch tables, and the calls through them.
+//
+//   auto op = Dispatcher::singleton().findSchemaOrThrow("mylib::muladd", "");
+//   Tensor r = op.typed<Tensor(const Tensor&, const Tensor&, double)>().call(a, b, 2.0);
+//   Stack s{a, b, 2.0};  op.callBoxed(s);  // s == {r}
+//
+// Registration is done through Library (library.h); this header is the calling side,
+// the introspection (dump, explain, trace) and the kernel toggles.
+//
+// Note [Computing the key set of a call]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The keys of a call are
+//     ((union of the key sets of its Tensor, Tensor? and Tensor[] arguments)
+//       | TLS included) - TLS excluded) & the operator's non-fallthrough keys
+// and the kernel that runs is the table slot of the highest key in that set (Note
+// [Dispatch key order]). Masking with the non-fallthrough keys is what makes a
+// fallthrough cost nothing: a key whose slot is a fallthrough is never chosen. An
+// empty set (an op with no tensor arguments and nothing included) selects slot 0,
+// which holds the op's composite kernel, if any.
+//
+// Note [Redispatch masks]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A kernel receives the key set it was chosen from. To call the layer beneath it,
+// it redispatches with the keys at and above its own removed:
+//     op.redispatch(ks & keysBelow(DispatchKey::AutogradCPU), args...)
+// A redispatch does not add the TLS sets again (the caller's set already holds
+// them), but it is masked by the operator's non-fallthrough keys, so a kernel may
+// redispatch a different operator than its own. A boxed fallback, which serves
+// every key it is registered for, uses keysBelow(ks.highestPriorityKey()).
+//
+// Thread safety: calls take no lock and, for unboxed kernels, allocate nothing. Each
+// table slot is an atomic pointer to an immutable kernel, republished whenever a
+// registration, deregistration or toggle changes what the slot should hold. The
+// mutators are serialized by one mutex. See Note [Publishing dispatch table slots]
+// in dispatcher.cc for how kernels are kept alive.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <bit>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strata/dispatch_key.h"
+#include "strata/error.h"
+#include "strata/export.h"
+#include "strata/ivalue.h"
+#include "strata/kernel_function.h"
+#include "strata/local_dispatch_key_set.h"
+#include "strata/schema.h"
+
+namespace strata {
+
+class OperatorEntry;  // the dispatcher's record of one operator (internal)
+struct Explanation;
+template <typename Sig>
+class TypedOperatorHandle;
+
+namespace detail {
+
+// The part of an operator the call path reads, lock-free. See Note [Computing the key
+// set of a call].
+struct OperatorCore {
+  std::atomic<uint64_t> non_fallthrough{~uint64_t{0}};
+  std::array<std::atomic<const KernelFunction*>, kNumRuntimeKeySlots> slots{};
+
+  const KernelFunction& lookup(DispatchKeySet ks) const {
+    // Bit 0 is never a key: `| 1` maps the empty set to slot 0 without a branch.
+    const unsigned index = 63u - static_cast<unsigned>(std::countl_zero(ks.raw() | 1u));
+    return *slots[index].load(std::memory_order_acquire);
+  }
+  DispatchKeySet mask() const { return DispatchKeySet::fromRaw(non_fallthrough.load(std::memory_order_relaxed)); }
+};
+
+// Non-zero while a dispatch trace or an explain() is observing calls (any thread).
+extern STRATA_API std::atomic<int> g_dispatch_observers;
+
+inline DispatchKeySet keysOf(const Tensor& t) {
+  const TensorImpl* impl = t.unsafeGetTensorImpl();
+  return impl != nullptr ? impl->key_set() : DispatchKeySet();
+}
+inline DispatchKeySet keysOf(const std::optional<Tensor>& t) { return t ? keysOf(*t) : DispatchKeySet(); }
+inline DispatchKeySet keysOf(ArrayRef<Tensor> ts) {
+  DispatchKeySet ks;
+  for (const Tensor& t : ts) ks = ks | keysOf(t);
+  return ks;
+}
+inline DispatchKeySet keysOf(const std::vector<Tensor>& ts) { return keysOf(ArrayRef<Tensor>(ts)); }
+inline DispatchKeySet keysOf(const std::vector<std::optional<Tensor>>& ts) {
+  DispatchKeySet ks;
+  for (const auto& t : ts) ks = ks | keysOf(t);
+  return ks;
+}
+template <typename T>
+DispatchKeySet keysOf(const T&) {
+  return {};
+}
+template <typename... Args>
+DispatchKeySet argumentKeys(const Args&... args) {
+  return (DispatchKeySet() | ... | keysOf(args));
+}
+
+inline DispatchKeySet computeCallKeys(DispatchKeySet arg_keys, DispatchKeySet mask) {
+  const RawLocalDispatchKeySet& tls = tls_local_dispatch_key_set;
+  return DispatchKeySet::fromRaw(((arg_keys.raw() | tls.included) & ~tls.excluded) & mask.raw());
+}
+
+// Trace/explain hooks, on the slow path only (g_dispatch_observers != 0).
+STRATA_API void traceEnter(const OperatorHandle& op, DispatchKeySet ks, bool redispatch, bool boxed);
+STRATA_API void traceExit();
+
+struct TraceScope {
+  TraceScope(const OperatorHandle& op, DispatchKeySet ks, bool redispatch, bool boxed) {
+    traceEnter(op, ks, redispatch, boxed);
+  }
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+  ~TraceScope() { traceExit(); }
+};
+
+}  // namespace detail
+
+// A handle to a registered operator. Cheap to copy; stays valid for the life of the
+// process (an operator whose last registration is gone is "removed": its calls fail
+// with an error naming it, and a later def() of the same name revives it).
+class STRATA_API OperatorHandle {
+ public:
+  const OperatorName& operator_name() const;
+  // "ns::name.overload".
+  std::string name() const { return operator_name().str(); }
+  bool hasSchema() const;
+  // Throws Error(NotImplemented) when the operator has kernels but no def() yet.
+  const FunctionSchema& schema() const;
+
+  // Checks the arguments on the stack against the schema (filling defaults; see
+  // Note [Boxed argument checks]), computes the key set and calls the kernel. On
+  // return the stack holds the results.
+  void callBoxed(Stack& stack) const;
+  void callBoxed(Stack* stack) const { callBoxed(*stack); }
+  // Calls the kernel for `ks` (masked by the non-fallthrough keys; TLS is not
+  // consulted). The arguments are trusted: no checks. See Note [Redispatch masks].
+  void redispatchBoxed(DispatchKeySet ks, Stack& stack) const;
+  void redispatchBoxed(DispatchKeySet ks, Stack* stack) const { redispatchBoxed(ks, *stack); }
+
+  // A typed handle for unboxed calls. Checks Sig against the schema (and against the
+  // C++ signature of the unboxed kernels registered): Error(Schema) naming both.
+  template <typename Sig>
+  TypedOperatorHandle<Sig> typed() const;
+
+  // The operator's non-fallthrough keys.
+  DispatchKeySet nonFallthroughKeys() const { return core_->mask(); }
+  // The kernel a key set selects (the slot of its highest key after masking).
+  const KernelFunction& lookup(DispatchKeySet ks) const { return core_->lookup(ks & core_->mask()); }
+
+  bool operator==(const OperatorHandle& o) const { return entry_ == o.entry_; }
+
+ protected:
+  OperatorHandle(OperatorEntry* entry, detail::OperatorCore* core) : entry_(entry), core_(core) {}
+  void checkTypedSignature(const CppSignature& sig, const FunctionSchema& inferred) const;
+
+  OperatorEntry* entry_;
+  detail::OperatorCore* core_;
+
+  friend class Dispatcher;
+  friend class OperatorEntry;
+  friend class KernelHandle;
+  friend STRATA_API Explanation explain(const OperatorHandle& op, Stack stack);
+};
+
+template <typename Return, typename... Args>
+class TypedOperatorHandle<Return(Args...)> final : public OperatorHandle {
+ public:
+  // Dispatches on the arguments' keys and the TLS sets. See Note [Computing the key
+  // set of a call]. No lock, no allocation (for an unboxed kernel).
+  __attribute__((always_inline)) Return call(Args... args) const {
+    const DispatchKeySet ks = detail::computeCallKeys(detail::argumentKeys(args...), core_->mask());
+    const KernelFunction& kernel = core_->lookup(ks);
+    if (__builtin_expect(detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0, 0)) {
+      return observedCall(kernel, ks, false, std::forward<Args>(args)...);
+    }
+    return kernel.template call<Return, Args...>(*this, ks, std::forward<Args>(args)...);
+  }
+  // Calls the kernel for ks. See Note [Redispatch masks].
+  __attribute__((always_inline)) Return redispatch(DispatchKeySet ks, Args... args) const {
+    ks = ks & core_->mask();
+    const KernelFunction& kernel = core_->lookup(ks);
+    if (__builtin_expect(detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0, 0)) {
+      return observedCall(kernel, ks, true, std::forward<Args>(args)...);
+    }
+    return kernel.template call<Return, Args...>(*this, ks, std::forward<Args>(args)...);
+  }
+
+ private:
+  explicit TypedOperatorHandle(const OperatorHandle& op) : OperatorHandle(op) {}
+  __attribute__((noinline)) Return observedCall(const KernelFunction& kernel, DispatchKeySet ks, bool redispatch,
+                                                Args... args) const {
+    detail::TraceScope scope(*this, ks, redispatch, false);
+    return kernel.template call<Return, Args...>(*this, ks, std::forward<Args>(args)...);
+  }
+  friend class OperatorHandle;
+};
+
+template <typename Sig>
+TypedOperatorHandle<Sig> OperatorHandle::typed() const {
+  checkTypedSignature(CppSignature::make<Sig>(), infer_schema<Sig>());
+  return TypedOperatorHandle<Sig>(*this);
+}
+
+// One registration as the dispatcher records it (for dump, the CLI and the store).
+struct RegistrationInfo {
+  enum class What : uint8_t { Def, Impl, Fallback };
+  What what = What::Impl;
+  std::string op;          // "ns::name.overload"; "" for a fallback
+  DispatchKey key = DispatchKey::Undefined;  // runtime or alias key; Undefined for a def
+  std::string kind;        // "def", "unboxed", "boxed", "fallthrough"
+  std::string owner;       // "builtin", a bundle "name@version", ...
+  std::string debug;       // "registered at file.cc:12"
+  bool enabled = true;     // false when set_kernel_enabled(op, key, false) is in force
+  bool active = true;      // false when a newer registration at the same key shadows it
+};
+
+// What one slot of an operator's table holds, and why (PyTorch's dump table).
+struct SlotInfo {
+  DispatchKey key = DispatchKey::Undefined;  // Undefined: the slot of the empty key set
+  // "kernel", "default kernel" (CompositeExplicitAutograd), "composite implicit kernel",
+  // "autograd kernel", "backend fallback", "fallthrough", "missing"
+  std::string source;
+  DispatchKey registered_at = DispatchKey::Undefined;  // the key the kernel was registered at
+  std::string kind;   // as RegistrationInfo::kind; "" when missing
+  std::string owner;
+  std::string debug;
+};
+
+// Who registers: the owner recorded on every registration made while it is set on
+// this thread (the host sets a bundle's name@version while the bundle registers).
+// Default "user"; the core library registers as "builtin".
+class STRATA_API RegistrationOwnerGuard {
+ public:
+  explicit RegistrationOwnerGuard(std::string owner);
+  RegistrationOwnerGuard(const RegistrationOwnerGuard&) = delete;
+  RegistrationOwnerGuard& operator=(const RegistrationOwnerGuard&) = delete;
+  ~RegistrationOwnerGuard();
+  static const std::string& current();
+
+ private:
+  std::string saved_;
+};
+
+// Removes a registration when it dies. Move-only.
+class STRATA_API RegistrationHandleRAII {
+ public:
+  RegistrationHandleRAII() = default;
+  explicit RegistrationHandleRAII(std::function<void()> on_destroy) : on_destroy_(std::move(on_destroy)) {}
+  RegistrationHandleRAII(RegistrationHandleRAII&& o) noexcept : on_destroy_(std::exchange(o.on_destroy_, nullptr)) {}
+  RegistrationHandleRAII& operator=(RegistrationHandleRAII&& o) noexcept {
+    if (this != &o) {
+      reset();
+      on_destroy_ = std::exchange(o.on_destroy_, nullptr);
+    }
+    return *this;
+  }
+  RegistrationHandleRAII(const RegistrationHandleRAII&) = delete;
+  RegistrationHandleRAII& operator=(const RegistrationHandleRAII&) = delete;
+  ~RegistrationHandleRAII() { reset(); }
+  void reset() {
+    if (on_destroy_) std::exchange(on_destroy_, nullptr)();
+  }
+  bool active() const { return static_cast<bool>(on_destroy_); }
+
+ private:
+  std::function<void()> on_destroy_;
+};
+
+struct KernelRecord;
+
+// A safe handle to a computed kernel (get_kernel): holds no strong reference, so it
+// does not keep a deregistered kernel alive; calling it after its registration is
+// gone throws Error(NotImplemented) naming the op, key and owner.
+class STRATA_API KernelHandle {
+ public:
+  bool valid() const;
+  const std::string& op() const { return op_; }
+  DispatchKey key() const { return key_; }
+  const std::string& owner() const { return owner_; }
+  const std::string& debug() const { return debug_; }
+  const std::string& source() const { return source_; }
+
+  // Calls the kernel itself (not the dispatcher) with the arguments on the stack.
+  void callBoxed(Stack& stack) const;
+  void callBoxed(DispatchKeySet ks, Stack& stack) const;
+  template <typename Return, typename... Args>
+  Return call(Args... args) const {
+    std::shared_ptr<KernelRecord> keep = lock();
+    return kernelOf(*keep).template call<Return, Args...>(*op_handle_, DispatchKeySet(key_),
+                                                           std::forward<Args>(args)...);
+  }
+
+ private:
+  friend class Dispatcher;
+  std::shared_ptr<KernelRecord> lock() const;
+  static const KernelFunction& kernelOf(const KernelRecord& r);
+  std::weak_ptr<KernelRecord> record_;
+  std::optional<OperatorHandle> op_handle_;
+  std::string op_;
+  DispatchKey key_ = DispatchKey::Undefined;
+  std::string owner_, debug_, source_;
+};
+
+// What explain() saw: why each layer ran.
+struct STRATA_API Explanation {
+  struct ArgumentKeys {
+    std::string name;   // the schema's argument name
+    DispatchKeySet keys;
+  };
+  struct Step {
+    int depth = 0;          // nesting: 0 for the call itself, 1 for what its kernel called, ...
+    std::string op;         // "ns::name.overload"
+    bool redispatch = false;
+    bool boxed = false;
+    DispatchKeySet keys;    // the set the kernel was chosen from
+    SlotInfo slot;          // the key chosen, the kernel and its owner
+  };
+  std::string op;
+  std::vector<ArgumentKeys> arguments;
+  DispatchKeySet tls_included, tls_excluded, non_fallthrough, final_keys;
+  std::vector<Step> steps;
+  Stack results;
+  // A multi-line account, for people.
+  std::string str() const;
+};
+
+class STRATA_API Dispatcher {
+ public:
+  // The process-wide dispatcher, with the builtin fallbacks and the core:: library
+  // registered on first use.
+  static Dispatcher& singleton();
+
+  // An operator that has a schema (def). nullopt otherwise.
+  std::optional<OperatorHandle> findSchema(const OperatorName& name);
+  // An operator with a schema or at least one kernel.
+  std::optional<OperatorHandle> findOp(const OperatorName& name);
+  // "ns::name" and overload; throws Error(NotImplemented) naming it when absent.
+  OperatorHandle findSchemaOrThrow(std::string_view name, std::string_view overload_name);
+  // "ns::name.overload" in one string.
+  OperatorHandle findSchemaOrThrow(std::string_view qualified_name);
+  // Every live operator's name, sorted.
+  std::vector<OperatorName> operatorNames();
+
+  // --- Registration (what Library calls). Each returns the handle that undoes it. ---
+  struct RegisterOptions {
+    std::string owner;
+    std::string debug;
+    bool allow_override = false;
+  };
+  RegistrationHandleRAII registerDef(FunctionSchema schema, RegisterOptions options);
+  // key: a runtime or alias key.
+  RegistrationHandleRAII registerImpl(const OperatorName& op, DispatchKey key, KernelFunction kernel,
+                                      RegisterOptions options);
+  // key: a runtime key; kernel: boxed or fallthrough.
+  RegistrationHandleRAII registerFallback(DispatchKey key, KernelFunction kernel, RegisterOptions options);
+  // The single DEF library of a namespace (Library checks it).
+  RegistrationHandleRAII registerLibrary(const std::string& ns, std::string debug);
+
+  // --- Kernel toggles: see set_kernel_enabled below. ---
+  // Returns the previous state.
+  bool setKernelEnabled(const OperatorName& op, DispatchKey key, bool enabled);
+  bool isKernelEnabled(const OperatorName& op, DispatchKey key);
+
+  // --- Introspection. ---
+  std::vector<RegistrationInfo> registrations(const OperatorName& op);
+  std::vector<RegistrationInfo> fallbacks();
+  // One entry per runtime key plus the empty-set slot (key Undefined).
+  std::vector<SlotInfo> computedTable(const OperatorName& op);
+  // The table, registrations and enable state, as text.
+  std::string dump(const OperatorName& op);
+  KernelHandle getKernel(const OperatorName& op, DispatchKey key);
+
+  // Frees the kernels of deregistered registrations. Call only when no call can
+  // still be running one of them (see Note [Publishing dispatch table slots]).
+  size_t reclaimRetiredKernels();
+  size_t numRetiredKernels();
+
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+  ~Dispatcher();
+
+ private:
+  Dispatcher();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  friend class OperatorHandle;
+  friend class OperatorEntry;
+  friend class KernelHandle;
+};
+
+// --- The torch.library-style functions. `op` is "ns::name" or "ns::name.overload";
+// `device_or_key` a device type ("cpu", "cuda", "meta", "privateuse1"), "default", or a
+// key name (parseDispatchKey). ---
+
+// Turns the kernels registered at (op, key) off or on. The state is kept per (op, key)
+// even before any kernel is registered there: a kernel registered while disabled stays
+// disabled. A disabled kernel is taken out of the table computation (the slot falls to
+// what precedence gives next, e.g. the "default" kernel); calls never check a flag.
+// Returns the previous state.
+STRATA_API bool set_kernel_enabled(std::string_view op, std::string_view device_or_key, bool enabled);
+STRATA_API bool is_kernel_enabled(std::string_view op, std::string_view device_or_key);
+
+// set_kernel_enabled for a scope; restores the previous state.
+class STRATA_API KernelEnabledScope {
+ public:
+  KernelEnabledScope(std::string_view op, std::string_view device_or_key, bool enabled);
+  KernelEnabledScope(const KernelEnabledScope&) = delete;
+  KernelEnabledScope& operator=(const KernelEnabledScope&) = delete;
+  ~KernelEnabledScope();
+
+ private:
+  OperatorName op_;
+  DispatchKey key_;
+  bool previous_;
+};
+
+// The kernel the table computes for (op, key): for a runtime key, its slot; for an
+// alias key, the newest kernel registered at it. Throws when there is none.
+STRATA_API KernelHandle get_kernel(std::string_view op, std::string_view device_or_key);
+
+STRATA_API std::string dump(std::string_view op);
+
+// Runs op on the stack (boxed) and says why each layer ran: the keys each argument
+// contributed, the TLS sets, the final set, the key and kernel chosen (with owner),
+// and every dispatch that followed on this thread during the call.
+STRATA_API Explanation explain(const OperatorHandle& op, Stack stack);
+
+// Logs every dispatch step (op, key set, key, kernel, owner) to the trace sink while on.
+// Also on when the environment has STRATA_DISPATCH_TRACE=1 at startup.
+STRATA_API void set_dispatch_trace(bool on);
+STRATA_API bool dispatch_trace_enabled();
+// Where trace lines go; default: stderr. nullptr restores the default.
+STRATA_API void set_dispatch_trace_sink(std::function<void(std::string_view)> sink);
+
+// Parses "ns::name" / "ns::name.overload" into an OperatorName (Error(Value) if bad).
+STRATA_API OperatorName parseOperatorName(std::string_view op);
+
+}  // namespace strata

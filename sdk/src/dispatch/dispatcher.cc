@@ -1,0 +1,1005 @@
+#include "strata/dispatcher.h"
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iomanip>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "dispatch/operator_entry.h"
+#include "strata/library.h"
+
+namespace strata {
+
+namespace detail {
+thread_local RawLocalDispatchKeySet tls_local_dispatch_key_set;
+std::atomic<int> g_dispatch_observers{0};
+void registerBuiltins();  // builtin_library.cc
+}  // namespace detail
+
+// Note [Publishing dispatch table slots]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Calls read a slot (an atomic pointer to a KernelFunction) with an acquire load and
+// no lock; every mutation (def, impl, fallback, their removal, a toggle) runs under
+// the dispatcher's mutex, recomputes the affected slots and stores them with
+// release. A slot always points at a valid kernel: a registration's own, the shared
+// fallthrough kernel, or the shared "missing" kernel that raises the error. The
+// non-fallthrough mask is stored after the slots; a call that reads the old mask
+// with a new slot still runs a correct kernel (a fallthrough slot's kernel
+// redispatches below itself).
+//
+// A call may still be running a kernel whose registration has just been removed, so
+// a removed registration's KernelFunction (and the functor state it owns) is not
+// freed on removal: it moves to a retired list, freed by reclaimRetiredKernels()
+// when the owner knows no call is in flight (the host between requests, a test, a
+// benchmark between iterations). Records that were never published are freed at
+// once. The retired list is the price of lock-free calls without per-call
+// reference counting; an RCU grace period would bound it and is the next step.
+
+namespace {
+
+[[noreturn]] void throwMissing(const OperatorHandle& op, DispatchKeySet ks);
+
+void fallthroughBoxed(OperatorKernel*, const OperatorHandle& op, DispatchKeySet ks, Stack* stack) {
+  op.redispatchBoxed(ks & keysBelow(ks.highestPriorityKey()), *stack);
+}
+void missingBoxed(OperatorKernel*, const OperatorHandle& op, DispatchKeySet ks, Stack*) { throwMissing(op, ks); }
+
+}  // namespace
+
+OperatorKernel::~OperatorKernel() = default;
+
+std::string CppSignature::name() const {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(type_.name(), nullptr, nullptr, &status);
+  std::string out = status == 0 && demangled != nullptr ? demangled : type_.name();
+  std::free(demangled);
+  return out;
+}
+
+KernelFunction KernelFunction::makeInternal(InternalBoxedFn fn, Kind kind) {
+  KernelFunction k;
+  k.boxed_ = fn;
+  k.kind_ = kind;
+  return k;
+}
+
+KernelFunction KernelFunction::makeFallthrough() { return makeInternal(&fallthroughBoxed, Kind::Fallthrough); }
+
+const char* KernelFunction::kindName(Kind k) {
+  switch (k) {
+    case Kind::Unboxed: return "unboxed";
+    case Kind::Boxed: return "boxed";
+    case Kind::Fallthrough: return "fallthrough";
+    case Kind::Invalid: return "invalid";
+  }
+  return "invalid";
+}
+
+namespace detail::boxing {
+void throwStackTooShort(size_t have, size_t need) {
+  STRATA_FAIL(Value, "boxed call: the stack holds ", have, " values, the kernel takes ", need, " arguments");
+}
+void throwWrongReturnCount(const OperatorHandle& op, size_t have, size_t need) {
+  STRATA_FAIL(Value, op.name(), ": the boxed kernel left ", have, " values on the stack, the schema returns ", need);
+}
+}  // namespace detail::boxing
+
+// The shared kernels every table may point at. Never freed: calls may race exit.
+struct SharedKernels {
+  KernelFunction missing;
+  KernelFunction fallthrough;
+};
+static const SharedKernels& sharedKernels() {
+  static const SharedKernels* k = [] {
+    auto* s = new SharedKernels();
+    s->fallthrough = KernelFunction::makeFallthrough();
+    s->missing = KernelFunction::makeInternal(&missingBoxed, KernelFunction::Kind::Boxed);
+    return s;
+  }();
+  return *k;
+}
+
+// ---------------------------------------------------------------------------
+// Boxed argument checks.
+//
+// Note [Boxed argument checks]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// callBoxed() is where untrusted values enter (the CLI, generic code), so it checks
+// the stack against the schema before dispatching: too many values, a missing
+// argument without a default, or a value of the wrong type is an Error(Type) that
+// names the operator, the argument, its position, the type expected and the type
+// given. Missing trailing arguments that have defaults are filled in. A few
+// conversions are made in place, as PyTorch's argument parser makes them: an int
+// where a float is expected, a single int for `int[N]`, a generic list of tensors
+// for Tensor[]. Redispatches and unboxed calls are not checked again: their values
+// come from checked calls or from C++ types the schema was checked against.
+
+namespace {
+
+bool isTensorLike(const Type& t) {
+  switch (t.kind()) {
+    case TypeKind::Tensor: return true;
+    case TypeKind::Optional:
+    case TypeKind::List: return t.element()->kind() == TypeKind::Tensor ||
+                                (t.element()->kind() == TypeKind::Optional &&
+                                 t.element()->element()->kind() == TypeKind::Tensor);
+    default: return false;
+  }
+}
+
+bool isIntKind(const Type& t) { return t.kind() == TypeKind::Int || t.isIntLike(); }
+
+// Checks v against t, converting in place where allowed. `n` is the int[N] hint.
+bool checkValue(const Type& t, IValue& v, std::optional<int32_t> n) {
+  switch (t.kind()) {
+    case TypeKind::Tensor: return v.isTensor();
+    case TypeKind::Int:
+    case TypeKind::SymInt:
+    case TypeKind::Layout:
+    case TypeKind::MemoryFormat: return v.isInt();
+    case TypeKind::ScalarType: return v.isInt() ? isValidScalarTypeCode(v.toInt()) : v.isScalarType();
+    case TypeKind::Float:
+      if (v.isInt()) v = IValue(static_cast<double>(v.toInt()));
+      return v.isDouble();
+    case TypeKind::Complex:
+      if (v.isInt() || v.isDouble()) v = IValue(std::complex<double>(v.isInt() ? static_cast<double>(v.toInt()) : v.toDouble(), 0));
+      return v.isComplex();
+    case TypeKind::Bool: return v.isBool();
+    case TypeKind::Str: return v.isString();
+    case TypeKind::Scalar: return v.isScalar() || v.isComplex();
+    case TypeKind::Device:
+      if (v.isString()) {
+        try {
+          v = IValue(Device(v.toStringView()));
+        } catch (const Error&) {
+          return false;
+        }
+      }
+      return v.isDevice();
+    case TypeKind::NoneType: return v.isNone();
+    case TypeKind::Optional: return v.isNone() || checkValue(*t.element(), v, n);
+    case TypeKind::List: {
+      const Type& e = *t.element();
+      if (isIntKind(e)) {
+        if (v.isInt() && n) v = IValue(std::vector<int64_t>(static_cast<size_t>(*n), v.toInt()));
+        if (v.isGenericList() && v.toList().empty()) v = IValue(std::vector<int64_t>{});
+        return v.isIntList();
+      }
+      if (e.kind() == TypeKind::Float) {
+        if (v.isIntList()) v = IValue(std::vector<double>(v.toIntList().begin(), v.toIntList().end()));
+        if (v.isGenericList() && v.toList().empty()) v = IValue(std::vector<double>{});
+        return v.isDoubleList();
+      }
+      if (e.kind() == TypeKind::Bool) {
+        if (v.isGenericList() && v.toList().empty()) v = IValue(std::vector<bool>{});
+        return v.isBoolList();
+      }
+      if (e.kind() == TypeKind::Tensor) {
+        if (v.isGenericList()) {
+          std::vector<Tensor> ts;
+          for (const IValue& x : v.toList()) {
+            if (!x.isTensor()) return false;
+            ts.push_back(x.toTensor());
+          }
+          v = IValue(std::move(ts));
+        }
+        return v.isTensorList();
+      }
+      if (v.isTensorList() || v.isIntList() || v.isDoubleList() || v.isBoolList()) {
+        // A typed list where a generic one is expected (Tensor?[] given Tensor[], ...).
+        std::vector<IValue> items;
+        if (v.isTensorList()) for (const Tensor& x : v.toTensorList()) items.emplace_back(x);
+        if (v.isIntList()) for (int64_t x : v.toIntList()) items.emplace_back(x);
+        if (v.isDoubleList()) for (double x : v.toDoubleList()) items.emplace_back(x);
+        if (v.isBoolList()) for (bool x : v.toBoolList()) items.emplace_back(x);
+        v = IValue(std::move(items));
+      }
+      if (!v.isGenericList()) return false;
+      std::vector<IValue> items = v.toList();
+      for (IValue& x : items) {
+        if (!checkValue(e, x, std::nullopt)) return false;
+      }
+      v = IValue(std::move(items));
+      return true;
+    }
+    case TypeKind::Union:
+      for (const TypePtr& alt : t.contained()) {
+        if (checkValue(*alt, v, n)) return true;
+      }
+      return false;
+    default:
+      // Any, type variables, and kinds an IValue cannot hold (Dict, Tuple, Future,
+      // Generator, ...): accepted as given; the kernel unboxes what it expects.
+      return true;
+  }
+}
+
+}  // namespace
+
+OperatorInfo::OperatorInfo(FunctionSchema s) : schema(std::move(s)) {
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (isTensorLike(*args[i].type)) tensor_args.push_back(i);
+    ArgCheck c{IValue::Tag::None, true};
+    switch (args[i].type->kind()) {
+      case TypeKind::Tensor: c.fast_tag = IValue::Tag::Tensor; break;
+      case TypeKind::Int:
+      case TypeKind::SymInt: c.fast_tag = IValue::Tag::Int; break;
+      case TypeKind::Float: c.fast_tag = IValue::Tag::Double; break;
+      case TypeKind::Bool: c.fast_tag = IValue::Tag::Bool; break;
+      case TypeKind::Str: c.fast_tag = IValue::Tag::String; break;
+      default: c.has_fast_tag = false;
+    }
+    checks.push_back(c);
+  }
+}
+
+void OperatorInfo::checkArguments(Stack& stack) const {
+  const auto& args = schema.arguments();
+  const size_t n = args.size();
+  if (__builtin_expect(stack.size() > n && !schema.is_vararg(), 0)) {
+    STRATA_FAIL(Type, schema.name(), schema.overload_name().empty() ? "" : ".", schema.overload_name(),
+                ": expected at most ", n, " argument", n == 1 ? "" : "s", ", got ", stack.size());
+  }
+  for (size_t i = stack.size(); i < n; ++i) {
+    STRATA_CHECK(args[i].default_value.has_value(), Type, schema.operator_name().str(), ": missing argument '",
+                 args[i].name, "' (position ", i, ") of type ", args[i].type->str(), ", which has no default");
+    stack.push_back(*args[i].default_value);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    IValue& v = stack[i];
+    if (checks[i].has_fast_tag && v.tag() == checks[i].fast_tag) continue;
+    if (!checkValue(*args[i].type, v, args[i].N)) {
+      STRATA_FAIL(Type, schema.operator_name().str(), ": argument '", args[i].name, "' (position ", i, ") expects ",
+                  args[i].type->str(), ", got ", v.typeName());
+    }
+  }
+}
+
+DispatchKeySet OperatorInfo::argumentKeys(const Stack& stack) const {
+  DispatchKeySet ks;
+  const size_t base = stack.size() - schema.arguments().size();
+  for (size_t i : tensor_args) {
+    const IValue& v = stack[base + i];
+    if (v.isTensor()) {
+      ks = ks | detail::keysOf(v.toTensor());
+    } else if (v.isTensorList()) {
+      ks = ks | detail::keysOf(v.toTensorList());
+    } else if (v.isGenericList()) {
+      for (const IValue& x : v.toList()) {
+        if (x.isTensor()) ks = ks | detail::keysOf(x.toTensor());
+      }
+    }
+  }
+  return ks;
+}
+
+// ---------------------------------------------------------------------------
+// The dispatcher's state.
+
+struct Dispatcher::Impl {
+  std::mutex mu;
+  std::unordered_map<std::string, std::unique_ptr<OperatorEntry>> ops;  // never erased
+  std::array<std::shared_ptr<KernelRecord>, kNumRuntimeKeySlots> fallbacks;
+  std::map<std::pair<std::string, DispatchKey>, bool> disabled;  // (op, key) -> true when disabled
+  std::map<std::string, std::string> def_libraries;              // ns -> where
+  std::vector<std::shared_ptr<KernelRecord>> retired;
+  std::unordered_map<const KernelRecord*, bool> published;  // records ever stored in a slot
+  uint64_t next_id = 1;
+
+  OperatorEntry& entry(const OperatorName& name) {
+    auto& slot = ops[name.str()];
+    if (!slot) {
+      slot = std::make_unique<OperatorEntry>(name);
+      for (auto& s : slot->core.slots) s.store(&sharedKernels().missing, std::memory_order_relaxed);
+    }
+    return *slot;
+  }
+  OperatorEntry* find(const OperatorName& name) {
+    auto it = ops.find(name.str());
+    return it == ops.end() ? nullptr : it->second.get();
+  }
+
+  bool isDisabled(const std::string& op, DispatchKey k) const { return disabled.count({op, k}) != 0; }
+
+  std::shared_ptr<KernelRecord> top(const OperatorEntry& e, DispatchKey k) const {
+    if (isDisabled(e.qualified, k)) return nullptr;
+    auto it = e.kernels.find(k);
+    if (it == e.kernels.end() || it->second.empty()) return nullptr;
+    return it->second.front();
+  }
+
+  SlotState computeSlot(const OperatorEntry& e, DispatchKey k) const {
+    using DK = DispatchKey;
+    if (k == DK::Undefined) {
+      if (auto r = top(e, DK::CompositeExplicitAutograd)) return {"default kernel", r};
+      if (auto r = top(e, DK::CompositeImplicitAutograd)) return {"composite implicit kernel", r};
+      return {};
+    }
+    if (auto r = top(e, k)) return {"kernel", r};
+    if (kBackendKeys.has(k)) {
+      if (auto r = top(e, DK::CompositeExplicitAutograd)) return {"default kernel", r};
+    }
+    const bool is_autograd = kAutogradKeys.has(k);
+    const bool has_backend_kernel =
+        is_autograd && (top(e, backendOfAutogradKey(k)) != nullptr || top(e, DK::CompositeExplicitAutograd) != nullptr);
+    if (auto r = top(e, DK::CompositeImplicitAutograd)) {
+      if (runtimeKeySetFor(DK::CompositeImplicitAutograd).has(k) && (!is_autograd || !has_backend_kernel)) {
+        return {"composite implicit kernel", r};
+      }
+    }
+    if (is_autograd) {
+      if (auto r = top(e, DK::Autograd)) return {"autograd kernel", r};
+    }
+    if (const auto& fb = fallbacks[static_cast<size_t>(k)]) return {"backend fallback", fb};
+    return {};
+  }
+
+  void recompute(OperatorEntry& e) {
+    uint64_t mask = 0;
+    const bool alive = e.alive();
+    for (size_t i = 0; i < kNumRuntimeKeySlots; ++i) {
+      const auto k = static_cast<DispatchKey>(i);
+      SlotState st;
+      if (alive && (i == 0 || isRuntimeKey(k))) st = computeSlot(e, k);
+      const KernelFunction* kf = &sharedKernels().missing;
+      if (st.record) {
+        if (st.record->kernel.isFallthrough()) {
+          kf = &sharedKernels().fallthrough;
+        } else {
+          kf = &st.record->kernel;
+          published[st.record.get()] = true;
+        }
+      }
+      // Only runtime keys have bits; calls never carry the others.
+      if (i != 0 && isRuntimeKey(k) && (!st.record || !st.record->kernel.isFallthrough())) mask |= uint64_t{1} << i;
+      e.slot_state[i] = std::move(st);
+      e.core.slots[i].store(kf, std::memory_order_release);
+    }
+    e.core.non_fallthrough.store(mask, std::memory_order_release);
+  }
+
+  void recomputeAll() {
+    for (auto& [_, e] : ops) recompute(*e);
+  }
+
+  void retire(std::shared_ptr<KernelRecord> r) {
+    r->removed.store(true, std::memory_order_release);
+    auto it = published.find(r.get());
+    if (it != published.end()) {
+      published.erase(it);
+      retired.push_back(std::move(r));
+    }
+    // else: no call can have reached it; freed with the last reference.
+  }
+
+  // The C++ signature rule: unboxed kernels and typed handles of one op agree.
+  std::optional<std::pair<CppSignature, std::string>> currentSignature(const OperatorEntry& e) const {
+    if (e.typed_signature) return std::make_pair(*e.typed_signature, e.typed_signature_from);
+    for (const auto& [k, list] : e.kernels) {
+      for (const auto& r : list) {
+        if (r->kernel.cppSignature()) return std::make_pair(*r->kernel.cppSignature(), r->debug);
+      }
+    }
+    return std::nullopt;
+  }
+
+  void onChanged(OperatorEntry& e) {
+    if (!e.alive()) {
+      e.info.store(nullptr, std::memory_order_release);
+    }
+    recompute(e);
+  }
+};
+
+namespace {
+
+// Whether a C++-inferred type fits a declared schema type.
+bool typeFits(const Type& declared, const Type& inferred) {
+  if (declared.kind() == TypeKind::Var || declared.kind() == TypeKind::Any) return true;
+  if (isIntKind(declared) && inferred.kind() == TypeKind::Int) return true;
+  if (declared.kind() != inferred.kind()) return false;
+  if (declared.contained().size() != inferred.contained().size()) return false;
+  for (size_t i = 0; i < declared.contained().size(); ++i) {
+    if (!typeFits(*declared.contained()[i], *inferred.contained()[i])) return false;
+  }
+  return true;
+}
+
+// "" when inferred fits declared, else the first difference.
+std::string schemaDifference(const FunctionSchema& declared, const FunctionSchema& inferred) {
+  const auto& da = declared.arguments();
+  const auto& ia = inferred.arguments();
+  if (da.size() != ia.size()) {
+    return detail::concat("the schema has ", da.size(), " arguments, the C++ function ", ia.size());
+  }
+  for (size_t i = 0; i < da.size(); ++i) {
+    if (!typeFits(*da[i].type, *ia[i].type)) {
+      return detail::concat("argument '", da[i].name, "' (position ", i, ") is ", da[i].type->str(),
+                            " in the schema, ", ia[i].type->str(), " in the C++ function");
+    }
+  }
+  const auto& dr = declared.returns();
+  const auto& ir = inferred.returns();
+  if (dr.size() != ir.size()) {
+    return detail::concat("the schema returns ", dr.size(), " values, the C++ function ", ir.size());
+  }
+  for (size_t i = 0; i < dr.size(); ++i) {
+    if (!typeFits(*dr[i].type, *ir[i].type)) {
+      return detail::concat("return ", i, " is ", dr[i].type->str(), " in the schema, ", ir[i].type->str(),
+                            " in the C++ function");
+    }
+  }
+  return "";
+}
+
+void checkKernelAgainstSchema(const OperatorEntry& e, const FunctionSchema& schema, const KernelRecord& r) {
+  const auto inferred = r.kernel.inferredSchema();
+  if (!inferred) return;
+  const std::string diff = schemaDifference(schema, *inferred);
+  STRATA_CHECK(diff.empty(), Schema, e.qualified, ": the kernel for ", toString(r.key), " (", r.debug,
+               ") does not match the operator's schema: ", diff, ".\n  schema:           ", schema.str(),
+               "\n  kernel signature: ", inferred->signatureStr(), "  [C++: ", r.kernel.cppSignature()->name(), "]");
+}
+
+std::string describe(const KernelRecord& r) {
+  return detail::concat(KernelFunction::kindName(r.kernel.kind()), ", owner ", r.owner, ", ", r.debug);
+}
+
+}  // namespace
+
+Dispatcher::Dispatcher() : impl_(std::make_unique<Impl>()) {}
+Dispatcher::~Dispatcher() = default;
+
+Dispatcher& Dispatcher::singleton() {
+  // Leaked on purpose: static Library objects in other libraries deregister from
+  // their destructors, which may run after ours would.
+  static Dispatcher* d = new Dispatcher();
+  static thread_local bool initializing = false;
+  static std::once_flag once;
+  if (!initializing) {
+    std::call_once(once, [] {
+      initializing = true;
+      struct Reset {
+        ~Reset() { initializing = false; }
+      } reset;
+      detail::registerBuiltins();
+    });
+  }
+  return *d;
+}
+
+std::optional<OperatorHandle> Dispatcher::findSchema(const OperatorName& name) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  OperatorEntry* e = impl_->find(name);
+  if (e == nullptr || !e->def) return std::nullopt;
+  return e->handle();
+}
+
+std::optional<OperatorHandle> Dispatcher::findOp(const OperatorName& name) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  OperatorEntry* e = impl_->find(name);
+  if (e == nullptr || !e->alive()) return std::nullopt;
+  return e->handle();
+}
+
+OperatorHandle Dispatcher::findSchemaOrThrow(std::string_view name, std::string_view overload_name) {
+  OperatorName op{std::string(name), std::string(overload_name)};
+  auto h = findSchema(op);
+  if (!h) {
+    auto any = findOp(op);
+    STRATA_CHECK(!any, NotImplemented, "operator ", op.str(), " has kernels but no schema: def() it first");
+    STRATA_FAIL(NotImplemented, "no operator named ", op.str(), " (run `strata ops` to list the operators)");
+  }
+  return *h;
+}
+
+OperatorHandle Dispatcher::findSchemaOrThrow(std::string_view qualified_name) {
+  const OperatorName n = parseOperatorName(qualified_name);
+  return findSchemaOrThrow(n.name, n.overload_name);
+}
+
+std::vector<OperatorName> Dispatcher::operatorNames() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<OperatorName> names;
+  for (const auto& [_, e] : impl_->ops) {
+    if (e->alive()) names.push_back(e->name);
+  }
+  std::sort(names.begin(), names.end(), [](const OperatorName& a, const OperatorName& b) { return a.str() < b.str(); });
+  return names;
+}
+
+RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOptions options) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  OperatorEntry& e = impl_->entry(schema.operator_name());
+  if (e.def) {
+    STRATA_FAIL(Value, "Tried to register an operator (", schema.str(),
+                ") with the same name and overload name multiple times. Each overload's schema should only be "
+                "registered with a single call to def(). Duplicate registration: ",
+                options.debug, ". Original registration: ", e.def->debug);
+  }
+  for (const auto& [k, list] : e.kernels) {
+    for (const auto& r : list) checkKernelAgainstSchema(e, schema, *r);
+  }
+  const uint64_t id = impl_->next_id++;
+  e.def = DefRecord{id, options.owner, options.debug};
+  e.info_versions.push_back(std::make_unique<OperatorInfo>(std::move(schema)));
+  e.info.store(e.info_versions.back().get(), std::memory_order_release);
+  impl_->onChanged(e);
+  OperatorEntry* ep = &e;
+  return RegistrationHandleRAII([this, ep, id] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (!ep->def || ep->def->id != id) return;
+    ep->def.reset();
+    ep->info.store(nullptr, std::memory_order_release);
+    impl_->onChanged(*ep);
+  });
+}
+
+RegistrationHandleRAII Dispatcher::registerImpl(const OperatorName& op, DispatchKey key, KernelFunction kernel,
+                                                RegisterOptions options) {
+  STRATA_CHECK(isRuntimeKey(key) || isAliasKey(key), Value, op.str(), ": cannot register a kernel at ", toString(key),
+               " (", options.debug, "): not a dispatch key");
+  STRATA_CHECK(kernel.isValid(), Value, op.str(), ": invalid (empty) kernel at ", toString(key), " (", options.debug, ")");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  OperatorEntry& e = impl_->entry(op);
+  auto record = std::make_shared<KernelRecord>();
+  record->op = e.qualified;
+  record->key = key;
+  record->kernel = std::move(kernel);
+  record->owner = options.owner;
+  record->debug = options.debug;
+  if (record->kernel.cppSignature()) {
+    if (const OperatorInfo* info = e.info.load(std::memory_order_relaxed)) checkKernelAgainstSchema(e, info->schema, *record);
+    if (auto sig = impl_->currentSignature(e); sig && !(sig->first == *record->kernel.cppSignature())) {
+      STRATA_FAIL(Schema, e.qualified, ": mismatch in kernel C++ signatures. The kernel for ", toString(key), " (",
+                  options.debug, ") has\n  ", record->kernel.cppSignature()->name(), "\nbut the operator's C++ "
+                  "signature, from ", sig->second, ", is\n  ", sig->first.name());
+    }
+  }
+  auto& list = e.kernels[key];
+  if (!list.empty() && list.front()->owner != options.owner && !options.allow_override) {
+    const auto& prev = *list.front();
+    STRATA_FAIL(Value, e.qualified, ": a kernel for ", toString(key), " is already registered by '", prev.owner,
+                "' (", prev.debug, "); '", options.owner, "' (", options.debug,
+                ") may replace it only with allow_override");
+  }
+  record->id = impl_->next_id++;
+  list.push_front(record);
+  impl_->onChanged(e);
+  OperatorEntry* ep = &e;
+  const uint64_t id = record->id;
+  return RegistrationHandleRAII([this, ep, key, id] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = ep->kernels.find(key);
+    if (it == ep->kernels.end()) return;
+    auto& l = it->second;
+    for (auto r = l.begin(); r != l.end(); ++r) {
+      if ((*r)->id == id) {
+        std::shared_ptr<KernelRecord> gone = std::move(*r);
+        l.erase(r);
+        if (l.empty()) ep->kernels.erase(it);
+        impl_->onChanged(*ep);
+        impl_->retire(std::move(gone));
+        return;
+      }
+    }
+  });
+}
+
+RegistrationHandleRAII Dispatcher::registerFallback(DispatchKey key, KernelFunction kernel, RegisterOptions options) {
+  STRATA_CHECK(isRuntimeKey(key), Value, "a backend fallback must be registered at a runtime dispatch key, not ",
+               toString(key), " (", options.debug, ")");
+  STRATA_CHECK(kernel.isBoxed() || kernel.isFallthrough(), Value, "the fallback for ", toString(key), " (",
+               options.debug, ") must be a boxed kernel or a fallthrough: it serves every operator, whatever "
+               "its signature, so an unboxed kernel cannot be one");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto& slot = impl_->fallbacks[static_cast<size_t>(key)];
+  if (slot) {
+    STRATA_FAIL(Value, "Tried to register multiple backend fallbacks for the same dispatch key ", toString(key),
+                "; previous registration by '", slot->owner, "' (", slot->debug, "), new registration by '",
+                options.owner, "' (", options.debug, ")");
+  }
+  auto record = std::make_shared<KernelRecord>();
+  record->id = impl_->next_id++;
+  record->key = key;
+  record->kernel = std::move(kernel);
+  record->owner = options.owner;
+  record->debug = options.debug;
+  slot = record;
+  impl_->recomputeAll();
+  const uint64_t id = record->id;
+  return RegistrationHandleRAII([this, key, id] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto& s = impl_->fallbacks[static_cast<size_t>(key)];
+    if (!s || s->id != id) return;
+    std::shared_ptr<KernelRecord> gone = std::move(s);
+    s.reset();
+    impl_->recomputeAll();
+    impl_->retire(std::move(gone));
+  });
+}
+
+RegistrationHandleRAII Dispatcher::registerLibrary(const std::string& ns, std::string debug) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->def_libraries.find(ns);
+  if (it != impl_->def_libraries.end()) {
+    STRATA_FAIL(Value, "Only a single STRATA_LIBRARY (a DEF library) can be used to register the namespace ", ns,
+                "; please put all of your definitions in a single STRATA_LIBRARY block. If you were trying to "
+                "specify implementations, consider using STRATA_LIBRARY_IMPL (which can be duplicated). If you "
+                "really intended to define operators for a single namespace in a distributed way, you can use "
+                "STRATA_LIBRARY_FRAGMENT to explicitly indicate this. Previous registration of STRATA_LIBRARY was "
+                "registered at ", it->second, "; latest registration was registered at ", debug);
+  }
+  impl_->def_libraries.emplace(ns, std::move(debug));
+  return RegistrationHandleRAII([this, ns] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->def_libraries.erase(ns);
+  });
+}
+
+bool Dispatcher::setKernelEnabled(const OperatorName& op, DispatchKey key, bool enabled) {
+  STRATA_CHECK(key != DispatchKey::Undefined, Value, op.str(), ": set_kernel_enabled needs a dispatch key");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const std::pair<std::string, DispatchKey> k{op.str(), key};
+  const bool previous = impl_->disabled.count(k) == 0;
+  if (enabled) impl_->disabled.erase(k);
+  else impl_->disabled[k] = true;
+  if (previous != enabled) {
+    if (OperatorEntry* e = impl_->find(op)) impl_->recompute(*e);
+  }
+  return previous;
+}
+
+bool Dispatcher::isKernelEnabled(const OperatorName& op, DispatchKey key) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return !impl_->isDisabled(op.str(), key);
+}
+
+std::vector<RegistrationInfo> Dispatcher::registrations(const OperatorName& op) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<RegistrationInfo> out;
+  OperatorEntry* e = impl_->find(op);
+  if (e == nullptr) return out;
+  if (e->def) {
+    RegistrationInfo r;
+    r.what = RegistrationInfo::What::Def;
+    r.op = e->qualified;
+    r.kind = "def";
+    r.owner = e->def->owner;
+    r.debug = e->def->debug;
+    out.push_back(std::move(r));
+  }
+  for (const auto& [key, list] : e->kernels) {
+    bool first = true;
+    for (const auto& k : list) {
+      RegistrationInfo r;
+      r.op = e->qualified;
+      r.key = key;
+      r.kind = KernelFunction::kindName(k->kernel.kind());
+      r.owner = k->owner;
+      r.debug = k->debug;
+      r.enabled = !impl_->isDisabled(e->qualified, key);
+      r.active = first;
+      first = false;
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
+}
+
+std::vector<RegistrationInfo> Dispatcher::fallbacks() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<RegistrationInfo> out;
+  for (const auto& fb : impl_->fallbacks) {
+    if (!fb) continue;
+    RegistrationInfo r;
+    r.what = RegistrationInfo::What::Fallback;
+    r.key = fb->key;
+    r.kind = KernelFunction::kindName(fb->kernel.kind());
+    r.owner = fb->owner;
+    r.debug = fb->debug;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+namespace {
+SlotInfo toSlotInfo(DispatchKey key, const SlotState& st) {
+  SlotInfo s;
+  s.key = key;
+  if (st.record && st.record->kernel.isFallthrough()) s.source = "fallthrough";
+  else s.source = st.source;
+  if (st.record) {
+    s.registered_at = st.record->key;
+    s.kind = KernelFunction::kindName(st.record->kernel.kind());
+    s.owner = st.record->owner;
+    s.debug = st.record->debug;
+  }
+  return s;
+}
+}  // namespace
+
+std::vector<SlotInfo> Dispatcher::computedTable(const OperatorName& op) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  OperatorEntry* e = impl_->find(op);
+  STRATA_CHECK(e != nullptr && e->alive(), NotImplemented, "no operator named ", op.str());
+  std::vector<SlotInfo> out;
+  out.push_back(toSlotInfo(DispatchKey::Undefined, e->slot_state[0]));
+  for (size_t i = kNumRuntimeKeySlots; i-- > 1;) {
+    const auto k = static_cast<DispatchKey>(i);
+    if (isRuntimeKey(k)) out.push_back(toSlotInfo(k, e->slot_state[i]));
+  }
+  return out;
+}
+
+std::string Dispatcher::dump(const OperatorName& op) {
+  const auto regs = registrations(op);
+  STRATA_CHECK(!regs.empty(), NotImplemented, "no operator named ", op.str());
+  const auto table = computedTable(op);
+  std::ostringstream os;
+  auto h = findOp(op);
+  os << "name: " << op.str() << "\n";
+  os << "schema: " << (h && h->hasSchema() ? h->schema().str() : std::string("(none: no def yet)")) << "\n";
+  os << "\nregistrations (per key, newest first):\n";
+  for (const auto& r : regs) {
+    std::string key = r.what == RegistrationInfo::What::Def ? "def" : toString(r.key);
+    os << "  " << std::left << std::setw(27) << key << std::setw(12) << r.kind << "owner=" << std::setw(14) << r.owner
+       << " " << r.debug;
+    if (!r.enabled) os << "  [disabled]";
+    else if (!r.active) os << "  [shadowed]";
+    os << "\n";
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    bool any = false;
+    for (const auto& [k, v] : impl_->disabled) {
+      if (k.first != op.str()) continue;
+      if (!any) os << "\nkernel state:\n";
+      any = true;
+      os << "  " << toString(k.second) << ": disabled\n";
+    }
+  }
+  os << "\ncomputed table:\n";
+  for (const auto& s : table) {
+    const std::string key = s.key == DispatchKey::Undefined ? "(no keys)" : toString(s.key);
+    os << "  " << std::left << std::setw(14) << key << s.source;
+    if (!s.owner.empty()) {
+      os << " [" << s.kind;
+      if (s.registered_at != s.key && s.registered_at != DispatchKey::Undefined) os << " at " << toString(s.registered_at);
+      os << ", owner " << s.owner << ", " << s.debug << "]";
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+KernelHandle Dispatcher::getKernel(const OperatorName& op, DispatchKey key) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  OperatorEntry* e = impl_->find(op);
+  STRATA_CHECK(e != nullptr && e->alive(), NotImplemented, "get_kernel: no operator named ", op.str());
+  KernelHandle h;
+  h.op_ = e->qualified;
+  h.key_ = key;
+  h.op_handle_ = e->handle();
+  std::shared_ptr<KernelRecord> r;
+  if (isAliasKey(key)) {
+    r = impl_->top(*e, key);
+    h.source_ = "kernel";
+  } else {
+    STRATA_CHECK(isRuntimeKey(key), Value, "get_kernel: ", toString(key), " is not a dispatch key");
+    const SlotState& st = e->slot_state[static_cast<size_t>(key)];
+    r = st.record;
+    h.source_ = st.source;
+  }
+  STRATA_CHECK(r != nullptr, NotImplemented, "get_kernel: ", e->qualified, " has no kernel for ", toString(key));
+  h.record_ = r;
+  h.owner_ = r->owner;
+  h.debug_ = r->debug;
+  return h;
+}
+
+size_t Dispatcher::reclaimRetiredKernels() {
+  std::vector<std::shared_ptr<KernelRecord>> gone;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    gone.swap(impl_->retired);
+  }
+  return gone.size();  // freed here, outside the lock (functor destructors run user code)
+}
+
+size_t Dispatcher::numRetiredKernels() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->retired.size();
+}
+
+// ---------------------------------------------------------------------------
+// OperatorHandle.
+
+const OperatorName& OperatorHandle::operator_name() const { return entry_->name; }
+
+bool OperatorHandle::hasSchema() const { return entry_->info.load(std::memory_order_acquire) != nullptr; }
+
+const FunctionSchema& OperatorHandle::schema() const {
+  const OperatorInfo* info = entry_->info.load(std::memory_order_acquire);
+  STRATA_CHECK(info != nullptr, NotImplemented, "operator ", entry_->qualified,
+               " has no schema (it has no def(), or was removed)");
+  return info->schema;
+}
+
+void OperatorHandle::callBoxed(Stack& stack) const {
+  const OperatorInfo* info = entry_->info.load(std::memory_order_acquire);
+  if (__builtin_expect(info == nullptr, 0)) {
+    STRATA_FAIL(NotImplemented, "cannot call ", entry_->qualified, " boxed: it has no schema (no def(), or it was removed)");
+  }
+  info->checkArguments(stack);
+  const DispatchKeySet ks = detail::computeCallKeys(info->argumentKeys(stack), core_->mask());
+  const KernelFunction& kernel = core_->lookup(ks);
+  if (__builtin_expect(detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0, 0)) {
+    detail::TraceScope scope(*this, ks, false, true);
+    kernel.callBoxed(*this, ks, stack);
+    return;
+  }
+  kernel.callBoxed(*this, ks, stack);
+}
+
+void OperatorHandle::redispatchBoxed(DispatchKeySet ks, Stack& stack) const {
+  ks = ks & core_->mask();
+  const KernelFunction& kernel = core_->lookup(ks);
+  if (__builtin_expect(detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0, 0)) {
+    detail::TraceScope scope(*this, ks, true, true);
+    kernel.callBoxed(*this, ks, stack);
+    return;
+  }
+  kernel.callBoxed(*this, ks, stack);
+}
+
+void OperatorHandle::checkTypedSignature(const CppSignature& sig, const FunctionSchema& inferred) const {
+  Dispatcher& d = Dispatcher::singleton();
+  std::lock_guard<std::mutex> lock(d.impl_->mu);
+  OperatorEntry& e = *entry_;
+  if (const OperatorInfo* info = e.info.load(std::memory_order_relaxed)) {
+    const std::string diff = schemaDifference(info->schema, inferred);
+    STRATA_CHECK(diff.empty(), Schema, e.qualified, ": typed<", sig.name(), ">() does not match the schema: ", diff,
+                 ".\n  schema:          ", info->schema.str(), "\n  typed signature: ", inferred.signatureStr());
+  }
+  if (auto current = d.impl_->currentSignature(e)) {
+    STRATA_CHECK(current->first == sig, Schema, e.qualified, ": typed<", sig.name(),
+                 ">() does not match the C++ signature of the operator's kernels, ", current->first.name(),
+                 " (from ", current->second, "); a typed call must use the kernels' exact C++ signature");
+  }
+  if (!e.typed_signature) {
+    e.typed_signature = sig;
+    e.typed_signature_from = "a typed<>() call";
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Missing kernels.
+
+namespace {
+
+[[noreturn]] void throwMissing(const OperatorHandle& op, DispatchKeySet ks) {
+  Dispatcher& d = Dispatcher::singleton();
+  const OperatorName& name = op.operator_name();
+  std::vector<RegistrationInfo> regs = d.registrations(name);
+  std::ostringstream os;
+  os << name.str() << ": ";
+  if (regs.empty()) {
+    os << "the operator was removed (its last def and kernel were deregistered)";
+    STRATA_FAIL(NotImplemented, os.str());
+  }
+  const DispatchKey k = ks.highestPriorityKey();
+  if (k == DispatchKey::Undefined) {
+    os << "no kernel for a call with an empty key set: the call has no tensor arguments (and no key is included), "
+          "and the operator has no CompositeExplicitAutograd (\"default\") or CompositeImplicitAutograd kernel";
+  } else {
+    os << "no kernel for dispatch key " << toString(k) << " (call key set " << ks.str() << ")";
+  }
+  os << ". Registered:";
+  bool any = false;
+  for (const auto& r : regs) {
+    if (r.what == RegistrationInfo::What::Def) continue;
+    os << (any ? ";" : "") << " " << toString(r.key) << " [" << r.kind << ", owner " << r.owner << ", " << r.debug
+       << (r.enabled ? "" : ", disabled") << "]";
+    any = true;
+  }
+  if (!any) os << " no kernels";
+  const auto fbs = d.fallbacks();
+  if (!fbs.empty()) {
+    os << ". Backend fallbacks:";
+    for (const auto& f : fbs) os << " " << toString(f.key) << " (" << f.kind << ")";
+  }
+  STRATA_FAIL(NotImplemented, os.str());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Owners.
+
+namespace {
+thread_local std::string* tls_owner = nullptr;
+const std::string& defaultOwner() {
+  static const std::string* s = new std::string("user");
+  return *s;
+}
+}  // namespace
+
+RegistrationOwnerGuard::RegistrationOwnerGuard(std::string owner) {
+  if (tls_owner == nullptr) tls_owner = new std::string(defaultOwner());
+  saved_ = std::exchange(*tls_owner, std::move(owner));
+}
+RegistrationOwnerGuard::~RegistrationOwnerGuard() { *tls_owner = std::move(saved_); }
+const std::string& RegistrationOwnerGuard::current() { return tls_owner != nullptr ? *tls_owner : defaultOwner(); }
+
+// ---------------------------------------------------------------------------
+// KernelHandle.
+
+bool KernelHandle::valid() const {
+  auto r = record_.lock();
+  return r && !r->removed.load(std::memory_order_acquire);
+}
+
+std::shared_ptr<KernelRecord> KernelHandle::lock() const {
+  auto r = record_.lock();
+  STRATA_CHECK(r && !r->removed.load(std::memory_order_acquire), NotImplemented, "the kernel for ", op_, " at ",
+               toString(key_), " (owner ", owner_, ", ", debug_, ") was deregistered; call get_kernel again");
+  return r;
+}
+
+const KernelFunction& KernelHandle::kernelOf(const KernelRecord& r) { return r.kernel; }
+
+void KernelHandle::callBoxed(Stack& stack) const {
+  DispatchKeySet ks = DispatchKeySet(key_);
+  if (op_handle_ && op_handle_->hasSchema()) {
+    const OperatorInfo* info = op_handle_->entry_->info.load(std::memory_order_acquire);
+    info->checkArguments(stack);
+    const DispatchKeySet call = detail::computeCallKeys(info->argumentKeys(stack), DispatchKeySet::fromRaw(~uint64_t{0}));
+    if (!isAliasKey(key_)) ks = (call & DispatchKeySet::fullUpTo(key_)).add(key_);
+  }
+  callBoxed(ks, stack);
+}
+
+void KernelHandle::callBoxed(DispatchKeySet ks, Stack& stack) const {
+  std::shared_ptr<KernelRecord> keep = lock();
+  keep->kernel.callBoxed(*op_handle_, ks, stack);
+}
+
+// ---------------------------------------------------------------------------
+// Free functions.
+
+OperatorName parseOperatorName(std::string_view op) {
+  try {
+    return parseName(op);
+  } catch (const SchemaError& e) {
+    STRATA_FAIL(Value, "invalid operator name '", op, "': ", e.reason(), " (expected ns::name or ns::name.overload)");
+  }
+}
+
+bool set_kernel_enabled(std::string_view op, std::string_view device_or_key, bool enabled) {
+  return Dispatcher::singleton().setKernelEnabled(parseOperatorName(op), parseDispatchKey(device_or_key), enabled);
+}
+
+bool is_kernel_enabled(std::string_view op, std::string_view device_or_key) {
+  return Dispatcher::singleton().isKernelEnabled(parseOperatorName(op), parseDispatchKey(device_or_key));
+}
+
+KernelEnabledScope::KernelEnabledScope(std::string_view op, std::string_view device_or_key, bool enabled)
+    : op_(parseOperatorName(op)), key_(parseDispatchKey(device_or_key)) {
+  previous_ = Dispatcher::singleton().setKernelEnabled(op_, key_, enabled);
+}
+KernelEnabledScope::~KernelEnabledScope() { Dispatcher::singleton().setKernelEnabled(op_, key_, previous_); }
+
+KernelHandle get_kernel(std::string_view op, std::string_view device_or_key) {
+  return Dispatcher::singleton().getKernel(parseOperatorName(op), parseDispatchKey(device_or_key));
+}
+
+std::string dump(std::string_view op) { return Dispatcher::singleton().dump(parseOperatorName(op)); }
+
+}  // namespace strata

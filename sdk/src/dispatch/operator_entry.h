@@ -1,0 +1,84 @@
+// The dispatcher's record of one operator. Internal to the SDK.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "strata/dispatcher.h"
+
+namespace strata {
+
+// One kernel registration (impl or fallback).
+struct KernelRecord {
+  uint64_t id = 0;
+  std::string op;  // "" for a fallback
+  DispatchKey key = DispatchKey::Undefined;
+  KernelFunction kernel;
+  std::string owner;
+  std::string debug;
+  std::atomic<bool> removed{false};
+};
+
+// How a boxed argument is checked: the tag that passes at once, else a full check.
+struct ArgCheck {
+  IValue::Tag fast_tag;
+  bool has_fast_tag;
+};
+
+// What the boxed call path reads from the schema. Immutable once published; every
+// version stays alive with its entry (defs change rarely), so a call that loaded it
+// may keep using it.
+struct OperatorInfo {
+  FunctionSchema schema;
+  std::vector<size_t> tensor_args;  // indices of Tensor, Tensor?, Tensor[], Tensor?[] arguments
+  std::vector<ArgCheck> checks;
+  explicit OperatorInfo(FunctionSchema s);
+
+  // Fills defaults and checks types; see Note [Boxed argument checks].
+  void checkArguments(Stack& stack) const;
+  DispatchKeySet argumentKeys(const Stack& stack) const;
+};
+
+struct DefRecord {
+  uint64_t id = 0;
+  std::string owner;
+  std::string debug;
+};
+
+struct SlotState {
+  const char* source = "missing";
+  std::shared_ptr<KernelRecord> record;
+};
+
+class OperatorEntry {
+ public:
+  explicit OperatorEntry(OperatorName n) : name(std::move(n)), qualified(name.str()) {}
+
+  detail::OperatorCore core;
+  const OperatorName name;
+  const std::string qualified;
+
+  std::optional<DefRecord> def;
+  std::atomic<const OperatorInfo*> info{nullptr};
+  std::vector<std::unique_ptr<const OperatorInfo>> info_versions;
+
+  // Per key, newest first.
+  std::map<DispatchKey, std::list<std::shared_ptr<KernelRecord>>> kernels;
+
+  // The C++ signature unboxed kernels and typed calls must share.
+  std::optional<CppSignature> typed_signature;  // sticky once a typed handle was made
+  std::string typed_signature_from;
+
+  std::array<SlotState, kNumRuntimeKeySlots> slot_state;
+
+  bool alive() const { return def.has_value() || !kernels.empty(); }
+  OperatorHandle handle() { return OperatorHandle(this, &core); }
+};
+
+}  // namespace strata

@@ -1,0 +1,172 @@
+// The dispatch trace (STRATA_DISPATCH_TRACE=1, set_dispatch_trace) and explain().
+//
+// Both observe calls through one slow-path hook: while anything observes, the
+// global g_dispatch_observers is non-zero and every call and redispatch reports to
+// traceEnter/traceExit; otherwise calls pay one relaxed load and a predicted branch.
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+#include "dispatch/operator_entry.h"
+#include "strata/dispatcher.h"
+
+namespace strata {
+
+namespace {
+
+std::atomic<bool> g_trace_on{false};
+std::mutex g_sink_mu;
+std::function<void(std::string_view)>* g_sink = nullptr;  // guarded by g_sink_mu
+
+thread_local int tls_depth = 0;
+thread_local std::vector<Explanation::Step>* tls_capture = nullptr;
+
+SlotInfo slotFor(const OperatorHandle& op, DispatchKeySet ks) {
+  const DispatchKey k = ks.highestPriorityKey();
+  try {
+    for (SlotInfo& s : Dispatcher::singleton().computedTable(op.operator_name())) {
+      if (s.key == k) return s;
+    }
+  } catch (const Error&) {
+    // A removed operator: report a missing slot.
+  }
+  SlotInfo s;
+  s.key = k;
+  s.source = "missing";
+  return s;
+}
+
+std::string stepLine(const Explanation::Step& st) {
+  std::ostringstream os;
+  os << std::string(static_cast<size_t>(st.depth) * 2, ' ') << (st.redispatch ? "redispatch " : "call ")
+     << st.op << (st.boxed ? " (boxed)" : "") << "  keys=" << st.keys.str() << " -> "
+     << (st.slot.key == DispatchKey::Undefined ? "(no keys)" : toString(st.slot.key)) << ": " << st.slot.source;
+  if (!st.slot.owner.empty()) {
+    os << " [" << st.slot.kind;
+    if (st.slot.registered_at != st.slot.key && st.slot.registered_at != DispatchKey::Undefined) {
+      os << " at " << toString(st.slot.registered_at);
+    }
+    os << ", owner " << st.slot.owner << ", " << st.slot.debug << "]";
+  }
+  return os.str();
+}
+
+void emit(std::string_view line) {
+  std::lock_guard<std::mutex> lock(g_sink_mu);
+  if (g_sink != nullptr && *g_sink) {
+    (*g_sink)(line);
+  } else {
+    std::fprintf(stderr, "[strata dispatch] %.*s\n", static_cast<int>(line.size()), line.data());
+  }
+}
+
+// STRATA_DISPATCH_TRACE=1 turns the trace on at load time.
+const bool g_env_trace = [] {
+  const char* v = std::getenv("STRATA_DISPATCH_TRACE");
+  if (v != nullptr && (std::string_view(v) == "1" || std::string_view(v) == "true")) {
+    g_trace_on.store(true);
+    detail::g_dispatch_observers.fetch_add(1);
+    return true;
+  }
+  return false;
+}();
+
+}  // namespace
+
+namespace detail {
+
+void traceEnter(const OperatorHandle& op, DispatchKeySet ks, bool redispatch, bool boxed) {
+  const int depth = tls_depth++;
+  const bool tracing = g_trace_on.load(std::memory_order_relaxed);
+  if (!tracing && tls_capture == nullptr) return;
+  Explanation::Step st;
+  st.depth = depth;
+  st.op = op.name();
+  st.redispatch = redispatch;
+  st.boxed = boxed;
+  st.keys = ks;
+  st.slot = slotFor(op, ks);
+  if (tracing) emit(stepLine(st));
+  if (tls_capture != nullptr) tls_capture->push_back(std::move(st));
+}
+
+void traceExit() { --tls_depth; }
+
+}  // namespace detail
+
+void set_dispatch_trace(bool on) {
+  const bool was = g_trace_on.exchange(on);
+  if (was != on) detail::g_dispatch_observers.fetch_add(on ? 1 : -1);
+}
+
+bool dispatch_trace_enabled() { return g_trace_on.load(); }
+
+void set_dispatch_trace_sink(std::function<void(std::string_view)> sink) {
+  std::lock_guard<std::mutex> lock(g_sink_mu);
+  delete g_sink;
+  g_sink = sink ? new std::function<void(std::string_view)>(std::move(sink)) : nullptr;
+}
+
+Explanation explain(const OperatorHandle& op, Stack stack) {
+  Explanation ex;
+  ex.op = op.name();
+  const FunctionSchema& schema = op.schema();
+  const OperatorInfo* info = op.entry_->info.load(std::memory_order_acquire);
+  info->checkArguments(stack);
+  for (size_t i : info->tensor_args) {
+    DispatchKeySet ks;
+    const IValue& v = stack[i];
+    if (v.isTensor()) ks = detail::keysOf(v.toTensor());
+    else if (v.isTensorList()) ks = detail::keysOf(v.toTensorList());
+    else if (v.isGenericList())
+      for (const IValue& x : v.toList()) ks = ks | (x.isTensor() ? detail::keysOf(x.toTensor()) : DispatchKeySet());
+    ex.arguments.push_back({schema.arguments()[i].name, ks});
+  }
+  const LocalDispatchKeySet tls = tls_local_dispatch_key_set();
+  ex.tls_included = tls.included;
+  ex.tls_excluded = tls.excluded;
+  ex.non_fallthrough = op.nonFallthroughKeys();
+  ex.final_keys = detail::computeCallKeys(info->argumentKeys(stack), ex.non_fallthrough);
+
+  struct Capture {
+    std::vector<Explanation::Step>* saved;
+    int depth;
+    explicit Capture(std::vector<Explanation::Step>* steps) : saved(tls_capture), depth(tls_depth) {
+      tls_capture = steps;
+      tls_depth = 0;
+      detail::g_dispatch_observers.fetch_add(1);
+    }
+    ~Capture() {
+      detail::g_dispatch_observers.fetch_sub(1);
+      tls_capture = saved;
+      tls_depth = depth;
+    }
+  } capture(&ex.steps);
+  op.callBoxed(stack);
+  ex.results = std::move(stack);
+  return ex;
+}
+
+std::string Explanation::str() const {
+  std::ostringstream os;
+  os << "op: " << op << "\n";
+  os << "argument keys:\n";
+  if (arguments.empty()) os << "  (no tensor arguments)\n";
+  for (const auto& a : arguments) os << "  " << a.name << ": " << a.keys.str() << "\n";
+  os << "TLS included: " << tls_included.str() << "\n";
+  os << "TLS excluded: " << tls_excluded.str() << "\n";
+  os << "non-fallthrough keys of the op: " << non_fallthrough.str() << "\n";
+  os << "final key set: " << final_keys.str() << "\n";
+  if (!steps.empty()) {
+    const auto& s = steps.front().slot;
+    os << "chosen: " << (s.key == DispatchKey::Undefined ? "(no keys)" : toString(s.key)) << " -> " << s.source;
+    if (!s.owner.empty()) os << " (" << s.kind << ", owner " << s.owner << ", " << s.debug << ")";
+    os << "\n";
+  }
+  os << "dispatch steps:\n";
+  for (const auto& st : steps) os << "  " << stepLine(st) << "\n";
+  return os.str();
+}
+
+}  // namespace strata

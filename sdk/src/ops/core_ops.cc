@@ -1,0 +1,788 @@
+// The core:: operator library: kernels, their registration (owner "builtin"), and
+// the typed entry points of ops.h.
+//
+// Each compute op has a Meta kernel that only checks its inputs and computes the
+// result's shape and dtype, and a CPU kernel that does the same and then the work.
+// View ops and factories are device-generic and registered at the backends they
+// serve (views) or as CompositeExplicitAutograd (factories, which have no tensor
+// argument to dispatch on and take their device from an argument).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "cuda/core_cuda.h"
+#include "strata/library.h"
+#include "strata/ops.h"
+#include "tensor_internal.h"
+
+namespace strata {
+
+namespace {
+
+using detail::shapeStr;
+using detail::wrapDim;
+
+// ---------------------------------------------------------------------------
+// Type promotion (PyTorch's c10::promoteTypes and result_type, for our dtypes).
+
+int category(ScalarType t) {
+  if (t == ScalarType::Bool) return 0;
+  if (isFloatingType(t)) return 2;
+  return 1;
+}
+
+}  // namespace
+
+ScalarType ops::promoteTypes(ScalarType a, ScalarType b) {
+  if (a == b) return a;
+  if (category(a) != category(b)) return category(a) > category(b) ? a : b;
+  if (category(a) == 2) {
+    if ((a == ScalarType::Half && b == ScalarType::BFloat16) || (a == ScalarType::BFloat16 && b == ScalarType::Half)) {
+      return ScalarType::Float;
+    }
+    return elementSize(a) >= elementSize(b) ? a : b;
+  }
+  // Integers: uint8 with int8 needs int16, which we do not have: int32 holds both.
+  if ((a == ScalarType::Byte && b == ScalarType::Char) || (a == ScalarType::Char && b == ScalarType::Byte)) {
+    return ScalarType::Int;
+  }
+  return elementSize(a) >= elementSize(b) ? a : b;
+}
+
+ScalarType ops::resultType(const Tensor& a, const Tensor& b) {
+  // Dimensioned tensors outrank zero-dim ones within a category (PyTorch's rule).
+  const bool za = a.dim() == 0;
+  const bool zb = b.dim() == 0;
+  if (za == zb) return promoteTypes(a.dtype(), b.dtype());
+  const Tensor& dimmed = za ? b : a;
+  const Tensor& zero = za ? a : b;
+  if (category(zero.dtype()) > category(dimmed.dtype())) return zero.dtype();
+  return dimmed.dtype();
+}
+
+ScalarType ops::resultType(const Tensor& a, const Scalar& b) {
+  const int sc = b.isFloatingPoint() ? 2 : b.isIntegral() ? 1 : 0;
+  if (sc <= category(a.dtype())) return a.dtype();
+  return sc == 2 ? ScalarType::Float : ScalarType::Long;  // the default dtypes
+}
+
+std::vector<int64_t> ops::broadcastShapes(IntArrayRef a, IntArrayRef b) {
+  const size_t n = std::max(a.size(), b.size());
+  std::vector<int64_t> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    STRATA_CHECK(da == db || da == 1 || db == 1, Value, "The size of tensor a (", da,
+                 ") must match the size of tensor b (", db, ") at non-singleton dimension ", i,
+                 " (shapes ", shapeStr(a), " and ", shapeStr(b), ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+namespace {
+
+TensorOptions like(const Tensor& t, ScalarType dtype) { return TensorOptions(dtype).with_device(t.device()); }
+
+void checkSameDevice(const char* op, const Tensor& a, const Tensor& b) {
+  STRATA_CHECK(a.device() == b.device(), Device, op, ": expected all tensors to be on the same device, but found ",
+               a.device().str(), " and ", b.device().str());
+}
+
+// A view of t broadcast to shape (stride 0 in the broadcast dims).
+Tensor expandTo(const Tensor& t, IntArrayRef shape) {
+  const size_t n = shape.size();
+  const size_t lead = n - static_cast<size_t>(t.dim());
+  std::vector<int64_t> strides(n, 0);
+  for (size_t i = 0; i < static_cast<size_t>(t.dim()); ++i) {
+    strides[lead + i] = t.sizes()[i] == 1 && shape[lead + i] != 1 ? 0 : t.strides()[i];
+  }
+  return t.as_strided(shape, strides);
+}
+
+// t as a contiguous tensor of dtype (a copy unless it already is one).
+Tensor contiguousAs(const Tensor& t, ScalarType dtype) { return t.to(dtype).contiguous(); }
+
+template <typename T>
+using acc_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+
+// out[i] = f(a[i], b[i]) over the broadcast shape, computed in out's dtype.
+template <typename F>
+Tensor binaryKernel(const char* name, const Tensor& a, const Tensor& b, ScalarType out_dtype, bool compute, F f) {
+  checkSameDevice(name, a, b);
+  const std::vector<int64_t> shape = ops::broadcastShapes(a.sizes(), b.sizes());
+  Tensor out = empty(shape, like(a, out_dtype));
+  if (!compute || out.numel() == 0) return out;
+  const Tensor ca = contiguousAs(expandTo(a, shape), out_dtype);
+  const Tensor cb = contiguousAs(expandTo(b, shape), out_dtype);
+  STRATA_DISPATCH_ALL_TYPES(out_dtype, name, [&] {
+    const scalar_t* pa = ca.data_ptr<scalar_t>();
+    const scalar_t* pb = cb.data_ptr<scalar_t>();
+    scalar_t* po = out.data_ptr<scalar_t>();
+    const int64_t n = out.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      po[i] = static_cast<scalar_t>(f(static_cast<acc_t<scalar_t>>(pa[i]), static_cast<acc_t<scalar_t>>(pb[i])));
+    }
+  });
+  return out;
+}
+
+template <typename F>
+Tensor unaryKernel(const char* name, const Tensor& a, ScalarType out_dtype, bool compute, F f) {
+  (void)name;
+  Tensor out = empty(a.sizes(), like(a, out_dtype));
+  if (!compute || out.numel() == 0) return out;
+  const Tensor ca = contiguousAs(a, out_dtype);
+  STRATA_DISPATCH_ALL_TYPES(out_dtype, name, [&] {
+    const scalar_t* pa = ca.data_ptr<scalar_t>();
+    scalar_t* po = out.data_ptr<scalar_t>();
+    for (int64_t i = 0, n = out.numel(); i < n; ++i) {
+      po[i] = static_cast<scalar_t>(f(static_cast<acc_t<scalar_t>>(pa[i])));
+    }
+  });
+  return out;
+}
+
+Tensor scalarTensor(const Scalar& s, ScalarType dtype, Device device) {
+  return full(IntArrayRef(), s, TensorOptions(dtype).with_device(device));
+}
+
+// --- add / sub / mul / div ---
+
+template <typename T>
+T applyAlpha(T b, const Scalar& alpha) {
+  if constexpr (std::is_same_v<T, bool>) return b && alpha.toBool();
+  else return b * alpha.to<T>();
+}
+
+void checkAlpha(const char* op, ScalarType dtype, const Scalar& alpha) {
+  STRATA_CHECK(isFloatingType(dtype) || !alpha.isFloatingPoint(), Type, op, ": for integral input tensors, argument "
+               "alpha must not be a floating point number");
+  STRATA_CHECK(dtype != ScalarType::Bool || alpha.isBoolean() || alpha.toLong() == 0 || alpha.toLong() == 1, Type, op,
+               ": boolean alpha only supported for Boolean results");
+}
+
+Tensor addImpl(const Tensor& a, const Tensor& b, const Scalar& alpha, ScalarType dtype, bool compute, bool negate) {
+  const char* name = negate ? "core::sub" : "core::add";
+  checkAlpha(name, dtype, alpha);
+  STRATA_CHECK(!(negate && dtype == ScalarType::Bool), Type,
+               "core::sub: subtraction, the `-` operator, with two bool tensors is not supported; use logical "
+               "operations instead");
+  return binaryKernel(name, a, b, dtype, compute, [&](auto x, auto y) {
+    using T = decltype(x);
+    const T scaled = applyAlpha(y, alpha);
+    if constexpr (std::is_same_v<T, bool>) return static_cast<bool>(x || scaled);
+    else return negate ? static_cast<T>(x - scaled) : static_cast<T>(x + scaled);
+  });
+}
+
+template <bool kCompute>
+Tensor add_tensor(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  return addImpl(a, b, alpha, ops::resultType(a, b), kCompute, false);
+}
+template <bool kCompute>
+Tensor add_scalar(const Tensor& a, const Scalar& b, const Scalar& alpha) {
+  const ScalarType dt = ops::resultType(a, b);
+  return addImpl(a, scalarTensor(b, dt, a.device()), alpha, dt, kCompute, false);
+}
+template <bool kCompute>
+Tensor sub_tensor(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  return addImpl(a, b, alpha, ops::resultType(a, b), kCompute, true);
+}
+template <bool kCompute>
+Tensor sub_scalar(const Tensor& a, const Scalar& b, const Scalar& alpha) {
+  const ScalarType dt = ops::resultType(a, b);
+  return addImpl(a, scalarTensor(b, dt, a.device()), alpha, dt, kCompute, true);
+}
+
+Tensor mulImpl(const Tensor& a, const Tensor& b, ScalarType dt, bool compute) {
+  return binaryKernel("core::mul", a, b, dt, compute, [](auto x, auto y) {
+    using T = decltype(x);
+    if constexpr (std::is_same_v<T, bool>) return static_cast<bool>(x && y);
+    else return static_cast<T>(x * y);
+  });
+}
+template <bool kCompute>
+Tensor mul_tensor(const Tensor& a, const Tensor& b) {
+  return mulImpl(a, b, ops::resultType(a, b), kCompute);
+}
+template <bool kCompute>
+Tensor mul_scalar(const Tensor& a, const Scalar& b) {
+  const ScalarType dt = ops::resultType(a, b);
+  return mulImpl(a, scalarTensor(b, dt, a.device()), dt, kCompute);
+}
+
+// True division: integral inputs give the default float dtype.
+ScalarType divType(ScalarType t) { return isFloatingType(t) ? t : ScalarType::Float; }
+Tensor divImpl(const Tensor& a, const Tensor& b, ScalarType dt, bool compute) {
+  return binaryKernel("core::div", a, b, dt, compute, [](auto x, auto y) { return x / y; });
+}
+template <bool kCompute>
+Tensor div_tensor(const Tensor& a, const Tensor& b) {
+  return divImpl(a, b, divType(ops::resultType(a, b)), kCompute);
+}
+template <bool kCompute>
+Tensor div_scalar(const Tensor& a, const Scalar& b) {
+  const ScalarType dt = divType(ops::resultType(a, b));
+  return divImpl(a, scalarTensor(b, dt, a.device()), dt, kCompute);
+}
+
+template <bool kCompute>
+Tensor neg_kernel(const Tensor& a) {
+  STRATA_CHECK(a.dtype() != ScalarType::Bool, Type,
+               "core::neg: negation, the `-` operator, on a bool tensor is not supported; use logical_not instead");
+  return unaryKernel("core::neg", a, a.dtype(), kCompute, [](auto x) { return static_cast<decltype(x)>(-x); });
+}
+
+ScalarType floatType(ScalarType t) { return isFloatingType(t) ? t : ScalarType::Float; }
+template <bool kCompute>
+Tensor sin_kernel(const Tensor& a) {
+  return unaryKernel("core::sin", a, floatType(a.dtype()), kCompute, [](auto x) { return std::sin(x); });
+}
+template <bool kCompute>
+Tensor cos_kernel(const Tensor& a) {
+  return unaryKernel("core::cos", a, floatType(a.dtype()), kCompute, [](auto x) { return std::cos(x); });
+}
+template <bool kCompute>
+Tensor exp_kernel(const Tensor& a) {
+  return unaryKernel("core::exp", a, floatType(a.dtype()), kCompute, [](auto x) { return std::exp(x); });
+}
+
+// --- sum ---
+
+// Reductions accumulate in double (floating) or int64 (integral and bool).
+template <typename F>
+void dispatchAcc(ScalarType acc, F f) {
+  if (acc == ScalarType::Double) f.template operator()<double>();
+  else f.template operator()<int64_t>();
+}
+
+ScalarType sumType(ScalarType t, std::optional<ScalarType> dtype) {
+  if (dtype) return *dtype;
+  return isFloatingType(t) ? t : ScalarType::Long;
+}
+
+template <bool kCompute>
+Tensor sum_dim(const Tensor& a, std::optional<std::vector<int64_t>> dim, bool keepdim, std::optional<ScalarType> dtype) {
+  const int64_t nd = a.dim();
+  std::vector<bool> reduced(static_cast<size_t>(nd), false);
+  if (!dim || dim->empty()) {
+    std::fill(reduced.begin(), reduced.end(), true);
+  } else {
+    for (int64_t d : *dim) {
+      const int64_t w = wrapDim(d, nd);
+      if (nd == 0) continue;
+      STRATA_CHECK(!reduced[static_cast<size_t>(w)], Value, "core::sum: dim ", w, " appears multiple times in the list of dims");
+      reduced[static_cast<size_t>(w)] = true;
+    }
+  }
+  std::vector<int64_t> out_shape, perm, kept_shape;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (!reduced[static_cast<size_t>(d)]) {
+      perm.push_back(d);
+      out_shape.push_back(a.sizes()[d]);
+      outer *= a.sizes()[d];
+    } else if (keepdim) {
+      out_shape.push_back(1);
+    }
+  }
+  for (int64_t d = 0; d < nd; ++d) {
+    if (reduced[static_cast<size_t>(d)]) {
+      perm.push_back(d);
+      inner *= a.sizes()[d];
+    }
+  }
+  const ScalarType out_dtype = sumType(a.dtype(), dtype);
+  if (!kCompute) return empty(out_shape, like(a, out_dtype));
+  const bool floating = isFloatingType(out_dtype) || isFloatingType(a.dtype());
+  const ScalarType acc = floating ? ScalarType::Double : ScalarType::Long;
+  const Tensor x = contiguousAs(nd == 0 ? a : a.permute(perm), acc);
+  Tensor result = empty({outer}, like(a, acc));
+  dispatchAcc(acc, [&]<typename scalar_t>() {
+    const scalar_t* p = x.data_ptr<scalar_t>();
+    scalar_t* r = result.data_ptr<scalar_t>();
+    for (int64_t o = 0; o < outer; ++o) {
+      scalar_t s = 0;
+      for (int64_t i = 0; i < inner; ++i) s += p[o * inner + i];
+      r[o] = s;
+    }
+  });
+  return result.to(out_dtype).reshape(out_shape);
+}
+template <bool kCompute>
+Tensor sum_all(const Tensor& a, std::optional<ScalarType> dtype) {
+  return sum_dim<kCompute>(a, std::nullopt, false, dtype);
+}
+
+// --- matmul ---
+
+template <bool kCompute>
+Tensor matmul_kernel(const Tensor& a, const Tensor& b) {
+  checkSameDevice("core::matmul", a, b);
+  STRATA_CHECK(a.dim() >= 1 && b.dim() >= 1, Value, "core::matmul: both arguments to matmul need to be at least 1D, but they are ",
+               a.dim(), "D and ", b.dim(), "D");
+  STRATA_CHECK(a.dtype() == b.dtype(), Type, "core::matmul: expected both arguments to have the same dtype, but got ",
+               toString(a.dtype()), " and ", toString(b.dtype()));
+  const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  const Tensor b2 = b.dim() == 1 ? b.unsqueeze(-1) : b;
+  const int64_t n = a2.size(-2), k = a2.size(-1), k2 = b2.size(-2), m = b2.size(-1);
+  STRATA_CHECK(k == k2, Value, "core::matmul: shapes cannot be multiplied (", shapeStr(a.sizes()), " and ",
+               shapeStr(b.sizes()), "): ", n, "x", k, " and ", k2, "x", m);
+  const std::vector<int64_t> batch = ops::broadcastShapes(a2.sizes().subspan(0, static_cast<size_t>(a2.dim() - 2)),
+                                                          b2.sizes().subspan(0, static_cast<size_t>(b2.dim() - 2)));
+  std::vector<int64_t> full_shape = batch;
+  full_shape.push_back(n);
+  full_shape.push_back(m);
+  std::vector<int64_t> out_shape = batch;
+  if (a.dim() > 1) out_shape.push_back(n);
+  if (b.dim() > 1) out_shape.push_back(m);
+  const ScalarType dt = a.dtype();
+  if (!kCompute) return empty(out_shape, like(a, dt));
+  int64_t nb = 1;
+  for (int64_t s : batch) nb *= s;
+  std::vector<int64_t> ashape = batch, bshape = batch;
+  ashape.insert(ashape.end(), {n, k});
+  bshape.insert(bshape.end(), {k, m});
+  const ScalarType acc = isFloatingType(dt) ? ScalarType::Double : ScalarType::Long;
+  const Tensor ca = contiguousAs(expandTo(a2, ashape), acc);
+  const Tensor cb = contiguousAs(expandTo(b2, bshape), acc);
+  Tensor out = empty(full_shape, like(a, acc));
+  dispatchAcc(acc, [&]<typename scalar_t>() {
+    const scalar_t* pa = ca.data_ptr<scalar_t>();
+    const scalar_t* pb = cb.data_ptr<scalar_t>();
+    scalar_t* po = out.data_ptr<scalar_t>();
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < m; ++j) {
+          scalar_t s = 0;
+          for (int64_t x = 0; x < k; ++x) s += pa[(bi * n + i) * k + x] * pb[(bi * k + x) * m + j];
+          po[(bi * n + i) * m + j] = s;
+        }
+      }
+    }
+  });
+  return out.to(dt).reshape(out_shape);
+}
+
+// --- views and shapes (device-generic) ---
+
+Tensor t_kernel(const Tensor& a) {
+  STRATA_CHECK(a.dim() <= 2, Value, "core::t: t() expects a tensor with <= 2 dimensions, but self is ", a.dim(), "D");
+  return a.dim() < 2 ? a.as_strided(a.sizes(), a.strides(), a.storage_offset()) : a.transpose(0, 1);
+}
+Tensor transpose_kernel(const Tensor& a, int64_t d0, int64_t d1) { return a.transpose(d0, d1); }
+Tensor movedim_kernel(const Tensor& a, int64_t src, int64_t dst) {
+  const int64_t nd = a.dim();
+  const int64_t s = wrapDim(src, nd), d = wrapDim(dst, nd);
+  if (nd == 0) return a.as_strided(a.sizes(), a.strides(), a.storage_offset());
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < nd; ++i) {
+    if (i != s) order.push_back(i);
+  }
+  order.insert(order.begin() + d, s);
+  return a.permute(order);
+}
+Tensor unsqueeze_kernel(const Tensor& a, int64_t dim) { return a.unsqueeze(dim); }
+Tensor squeezeDims(const Tensor& a, const std::vector<bool>& drop) {
+  std::vector<int64_t> sizes, strides;
+  for (int64_t i = 0; i < a.dim(); ++i) {
+    if (drop[static_cast<size_t>(i)]) continue;
+    sizes.push_back(a.sizes()[i]);
+    strides.push_back(a.strides()[i]);
+  }
+  return a.as_strided(sizes, strides, a.storage_offset());
+}
+Tensor squeeze_kernel(const Tensor& a) {
+  std::vector<bool> drop(static_cast<size_t>(a.dim()));
+  for (int64_t i = 0; i < a.dim(); ++i) drop[static_cast<size_t>(i)] = a.sizes()[i] == 1;
+  return squeezeDims(a, drop);
+}
+Tensor squeeze_dim_kernel(const Tensor& a, int64_t dim) {
+  const int64_t d = wrapDim(dim, a.dim());
+  std::vector<bool> drop(static_cast<size_t>(a.dim()), false);
+  if (a.dim() > 0 && a.sizes()[d] == 1) drop[static_cast<size_t>(d)] = true;
+  return squeezeDims(a, drop);
+}
+Tensor select_kernel(const Tensor& a, int64_t dim, int64_t index) { return a.select(dim, index); }
+Tensor expand_kernel(const Tensor& a, const std::vector<int64_t>& size, bool /*implicit*/) {
+  STRATA_CHECK(size.size() >= static_cast<size_t>(a.dim()), Value, "core::expand: the number of sizes provided (",
+               size.size(), ") must be greater or equal to the number of dimensions in the tensor (", a.dim(), ")");
+  const size_t lead = size.size() - static_cast<size_t>(a.dim());
+  std::vector<int64_t> sizes(size.size()), strides(size.size(), 0);
+  for (size_t i = 0; i < size.size(); ++i) {
+    if (i < lead) {
+      STRATA_CHECK(size[i] >= 0, Value, "core::expand: the expanded size of the tensor (", size[i],
+                   ") isn't allowed in a leading, non-existing dimension ", i);
+      sizes[i] = size[i];
+      continue;
+    }
+    const int64_t have = a.sizes()[i - lead];
+    const int64_t want = size[i] == -1 ? have : size[i];
+    STRATA_CHECK(have == want || have == 1, Value, "core::expand: the expanded size of the tensor (", want,
+                 ") must match the existing size (", have, ") at non-singleton dimension ", i, ".  Target sizes: ",
+                 shapeStr(size), ".  Tensor sizes: ", shapeStr(a.sizes()));
+    sizes[i] = want;
+    strides[i] = have == want ? a.strides()[i - lead] : 0;
+  }
+  return a.as_strided(sizes, strides, a.storage_offset());
+}
+Tensor reshape_kernel(const Tensor& a, const std::vector<int64_t>& shape) { return a.reshape(shape); }
+Tensor view_kernel(const Tensor& a, const std::vector<int64_t>& size) { return a.view(size); }
+Tensor contiguous_kernel(const Tensor& a) { return a.contiguous(); }
+
+Tensor cat_kernel(const std::vector<Tensor>& ts, int64_t dim) {
+  STRATA_CHECK(!ts.empty(), Value, "core::cat: expected a non-empty list of Tensors");
+  const Tensor& first = ts.front();
+  const int64_t nd = first.dim();
+  STRATA_CHECK(nd > 0, Value, "core::cat: zero-dimensional tensor (at position 0) cannot be concatenated");
+  const int64_t d = wrapDim(dim, nd);
+  ScalarType dt = first.dtype();
+  int64_t total = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const Tensor& t = ts[i];
+    checkSameDevice("core::cat", first, t);
+    STRATA_CHECK(t.dim() == nd, Value, "core::cat: tensors must have same number of dimensions: got ", nd, " and ",
+                 t.dim(), " (tensor number ", i, ")");
+    for (int64_t j = 0; j < nd; ++j) {
+      STRATA_CHECK(j == d || t.sizes()[j] == first.sizes()[j], Value,
+                   "core::cat: sizes of tensors must match except in dimension ", d, ". Expected size ",
+                   first.sizes()[j], " but got size ", t.sizes()[j], " for tensor number ", i, " in the list.");
+    }
+    total += t.sizes()[d];
+    dt = ops::promoteTypes(dt, t.dtype());
+  }
+  std::vector<int64_t> shape(first.sizes().begin(), first.sizes().end());
+  shape[static_cast<size_t>(d)] = total;
+  Tensor out = empty(shape, like(first, dt));
+  if (out.is_meta()) return out;
+  int64_t offset = 0;
+  for (const Tensor& t : ts) {
+    const int64_t n = t.sizes()[d];
+    if (n > 0) out.slice(d, offset, offset + n).copy_(t);
+    offset += n;
+  }
+  return out;
+}
+Tensor stack_kernel(const std::vector<Tensor>& ts, int64_t dim) {
+  STRATA_CHECK(!ts.empty(), Value, "core::stack: stack expects a non-empty TensorList");
+  const int64_t d = wrapDim(dim, ts.front().dim() + 1);
+  std::vector<Tensor> parts;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    STRATA_CHECK(std::equal(ts[i].sizes().begin(), ts[i].sizes().end(), ts[0].sizes().begin(), ts[0].sizes().end()),
+                 Value, "core::stack: stack expects each tensor to be equal size, but got ", shapeStr(ts[0].sizes()),
+                 " at entry 0 and ", shapeStr(ts[i].sizes()), " at entry ", i);
+    parts.push_back(ts[i].unsqueeze(d));
+  }
+  return cat_kernel(parts, d);
+}
+
+// --- copies ---
+
+Tensor clone_kernel(const Tensor& a) { return a.clone(); }
+Tensor& copy_kernel(Tensor& self, const Tensor& src, bool /*non_blocking*/) {
+  const std::vector<int64_t> shape = ops::broadcastShapes(self.sizes(), src.sizes());
+  STRATA_CHECK(std::equal(shape.begin(), shape.end(), self.sizes().begin(), self.sizes().end()), Value,
+               "core::copy_: the source of shape ", shapeStr(src.sizes()),
+               " cannot be broadcast to the destination's shape ", shapeStr(self.sizes()));
+  self.copy_(expandTo(src, self.sizes()));
+  return self;
+}
+Tensor to_dtype_kernel(const Tensor& a, ScalarType dtype, bool /*non_blocking*/, bool copy) {
+  if (a.dtype() == dtype && !copy) return a;
+  if (a.dtype() == dtype) return a.clone();
+  return a.to(dtype);
+}
+Tensor empty_like_kernel(const Tensor& a, std::optional<ScalarType> dtype, std::optional<Device> device) {
+  return empty(a.sizes(), TensorOptions(dtype.value_or(a.dtype())).with_device(device.value_or(a.device())));
+}
+
+bool allclose_cpu(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  checkSameDevice("core::allclose", a, b);
+  const std::vector<int64_t> shape = ops::broadcastShapes(a.sizes(), b.sizes());
+  const Tensor ca = contiguousAs(expandTo(a, shape), ScalarType::Double);
+  const Tensor cb = contiguousAs(expandTo(b, shape), ScalarType::Double);
+  const double* pa = ca.data_ptr<double>();
+  const double* pb = cb.data_ptr<double>();
+  for (int64_t i = 0, n = ca.numel(); i < n; ++i) {
+    const double x = pa[i], y = pb[i];
+    if (std::isnan(x) || std::isnan(y)) {
+      if (equal_nan && std::isnan(x) && std::isnan(y)) continue;
+      return false;
+    }
+    if (x == y) continue;  // equal infinities
+    if (!(std::fabs(x - y) <= atol + rtol * std::fabs(y))) return false;
+  }
+  return true;
+}
+bool allclose_meta(const Tensor&, const Tensor&, double, double, bool) {
+  STRATA_FAIL(Device, "core::allclose needs tensor data, and meta tensors have none");
+}
+
+// --- factories (CompositeExplicitAutograd: the device is an argument) ---
+
+TensorOptions factoryOptions(std::optional<ScalarType> dtype, std::optional<Device> device, ScalarType dflt) {
+  return TensorOptions(dtype.value_or(dflt)).with_device(device.value_or(kCPU));
+}
+Tensor empty_kernel(const std::vector<int64_t>& size, std::optional<ScalarType> dtype, std::optional<Device> device) {
+  return empty(size, factoryOptions(dtype, device, ScalarType::Float));
+}
+Tensor zeros_kernel(const std::vector<int64_t>& size, std::optional<ScalarType> dtype, std::optional<Device> device) {
+  return zeros(size, factoryOptions(dtype, device, ScalarType::Float));
+}
+Tensor ones_kernel(const std::vector<int64_t>& size, std::optional<ScalarType> dtype, std::optional<Device> device) {
+  return ones(size, factoryOptions(dtype, device, ScalarType::Float));
+}
+Tensor full_kernel(const std::vector<int64_t>& size, const Scalar& value, std::optional<ScalarType> dtype,
+                   std::optional<Device> device) {
+  // torch.full infers the dtype from the fill value.
+  const ScalarType inferred = value.isFloatingPoint() ? ScalarType::Float
+                              : value.isBoolean()     ? ScalarType::Bool
+                                                      : ScalarType::Long;
+  return full(size, value, factoryOptions(dtype, device, inferred));
+}
+Tensor arange_start_kernel(const Scalar& start, const Scalar& end, const Scalar& step, std::optional<ScalarType> dtype,
+                           std::optional<Device> device) {
+  std::optional<TensorOptions> opts;
+  if (dtype || device) {
+    const bool integral = !start.isFloatingPoint() && !end.isFloatingPoint() && !step.isFloatingPoint();
+    opts = factoryOptions(dtype, device, integral ? ScalarType::Long : ScalarType::Float);
+  }
+  return arange(start, end, step, opts);
+}
+Tensor arange_kernel(const Scalar& end, std::optional<ScalarType> dtype, std::optional<Device> device) {
+  return arange_start_kernel(Scalar(int64_t{0}), end, Scalar(int64_t{1}), dtype, device);
+}
+
+// Registers f at each backend this build serves (views: metadata only).
+template <typename F>
+void implBackends(Library& m, const char* name, F f) {
+  m.impl(name, f, DispatchKey::CPU);
+  m.impl(name, f, DispatchKey::Meta);
+#if STRATA_WITH_CUDA
+  m.impl(name, f, DispatchKey::CUDA);
+#endif
+}
+
+}  // namespace
+
+namespace detail {
+
+void registerCoreLibrary(Library& m) {
+  m.def("empty(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("zeros(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("ones(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("full(int[] size, Scalar fill_value, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("arange(Scalar end, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("arange.start(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("empty_like(Tensor self, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("clone(Tensor self) -> Tensor");
+  m.def("copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)");
+  m.def("to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False) -> Tensor(a)");
+  m.def("contiguous(Tensor(a) self) -> Tensor(a)");
+  m.def("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor");
+  m.def("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor");
+  m.def("sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor");
+  m.def("sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor");
+  m.def("mul.Tensor(Tensor self, Tensor other) -> Tensor");
+  m.def("mul.Scalar(Tensor self, Scalar other) -> Tensor");
+  m.def("div.Tensor(Tensor self, Tensor other) -> Tensor");
+  m.def("div.Scalar(Tensor self, Scalar other) -> Tensor");
+  m.def("neg(Tensor self) -> Tensor");
+  m.def("sin(Tensor self) -> Tensor");
+  m.def("cos(Tensor self) -> Tensor");
+  m.def("exp(Tensor self) -> Tensor");
+  m.def("sum(Tensor self, *, ScalarType? dtype=None) -> Tensor");
+  m.def("sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
+  m.def("matmul(Tensor self, Tensor other) -> Tensor");
+  m.def("t(Tensor(a) self) -> Tensor(a)");
+  m.def("transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)");
+  m.def("movedim.int(Tensor(a) self, int source, int destination) -> Tensor(a)");
+  m.def("unsqueeze(Tensor(a) self, int dim) -> Tensor(a)");
+  m.def("squeeze(Tensor(a) self) -> Tensor(a)");
+  m.def("squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)");
+  m.def("select.int(Tensor(a) self, int dim, int index) -> Tensor(a)");
+  m.def("expand(Tensor(a) self, int[] size, *, bool implicit=False) -> Tensor(a)");
+  m.def("reshape(Tensor(a) self, int[] shape) -> Tensor(a)");
+  m.def("view(Tensor(a) self, int[] size) -> Tensor(a)");
+  m.def("stack(Tensor[] tensors, int dim=0) -> Tensor");
+  m.def("cat(Tensor[] tensors, int dim=0) -> Tensor");
+  m.def("allclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> bool");
+
+  // Factories: no tensor argument to dispatch on.
+  m.impl("empty", &empty_kernel, DispatchKey::CompositeExplicitAutograd);
+  m.impl("zeros", &zeros_kernel, DispatchKey::CompositeExplicitAutograd);
+  m.impl("ones", &ones_kernel, DispatchKey::CompositeExplicitAutograd);
+  m.impl("full", &full_kernel, DispatchKey::CompositeExplicitAutograd);
+  m.impl("arange", &arange_kernel, DispatchKey::CompositeExplicitAutograd);
+  m.impl("arange.start", &arange_start_kernel, DispatchKey::CompositeExplicitAutograd);
+
+  // Device-generic: metadata, or Tensor methods that handle every device.
+  implBackends(m, "empty_like", &empty_like_kernel);
+  implBackends(m, "clone", &clone_kernel);
+  implBackends(m, "copy_", &copy_kernel);
+  implBackends(m, "to.dtype", &to_dtype_kernel);
+  implBackends(m, "contiguous", &contiguous_kernel);
+  implBackends(m, "t", &t_kernel);
+  implBackends(m, "transpose.int", &transpose_kernel);
+  implBackends(m, "movedim.int", &movedim_kernel);
+  implBackends(m, "unsqueeze", &unsqueeze_kernel);
+  implBackends(m, "squeeze", &squeeze_kernel);
+  implBackends(m, "squeeze.dim", &squeeze_dim_kernel);
+  implBackends(m, "select.int", &select_kernel);
+  implBackends(m, "expand", &expand_kernel);
+  implBackends(m, "reshape", &reshape_kernel);
+  implBackends(m, "view", &view_kernel);
+  implBackends(m, "cat", &cat_kernel);
+  implBackends(m, "stack", &stack_kernel);
+
+  // Compute: CPU does the work, Meta only shapes; CUDA where built.
+#define STRATA_CORE_COMPUTE(name, fn)             \
+  m.impl(name, &fn<true>, DispatchKey::CPU);      \
+  m.impl(name, &fn<false>, DispatchKey::Meta);
+  STRATA_CORE_COMPUTE("add.Tensor", add_tensor)
+  STRATA_CORE_COMPUTE("add.Scalar", add_scalar)
+  STRATA_CORE_COMPUTE("sub.Tensor", sub_tensor)
+  STRATA_CORE_COMPUTE("sub.Scalar", sub_scalar)
+  STRATA_CORE_COMPUTE("mul.Tensor", mul_tensor)
+  STRATA_CORE_COMPUTE("mul.Scalar", mul_scalar)
+  STRATA_CORE_COMPUTE("div.Tensor", div_tensor)
+  STRATA_CORE_COMPUTE("div.Scalar", div_scalar)
+  STRATA_CORE_COMPUTE("neg", neg_kernel)
+  STRATA_CORE_COMPUTE("sin", sin_kernel)
+  STRATA_CORE_COMPUTE("cos", cos_kernel)
+  STRATA_CORE_COMPUTE("exp", exp_kernel)
+  STRATA_CORE_COMPUTE("sum", sum_all)
+  STRATA_CORE_COMPUTE("sum.dim_IntList", sum_dim)
+  STRATA_CORE_COMPUTE("matmul", matmul_kernel)
+#undef STRATA_CORE_COMPUTE
+  m.impl("allclose", &allclose_cpu, DispatchKey::CPU);
+  m.impl("allclose", &allclose_meta, DispatchKey::Meta);
+  cuda::registerCoreCudaKernels(m);
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------
+// ops.h: typed calls through the dispatcher.
+
+namespace {
+template <typename Sig>
+TypedOperatorHandle<Sig> coreOp(const char* name, const char* overload) {
+  return Dispatcher::singleton().findSchemaOrThrow(std::string("core::") + name, overload).typed<Sig>();
+}
+}  // namespace
+
+#define STRATA_CORE_CALL(name, overload, Sig, ...)                    \
+  static const TypedOperatorHandle<Sig> op = coreOp<Sig>(name, overload); \
+  return op.call(__VA_ARGS__)
+
+using IntVec = const std::vector<int64_t>&;
+using OptDtype = std::optional<ScalarType>;
+using OptDevice = std::optional<Device>;
+
+Tensor ops::empty(IntVec size, OptDtype dtype, OptDevice device) {
+  STRATA_CORE_CALL("empty", "", Tensor(IntVec, OptDtype, OptDevice), size, dtype, device);
+}
+Tensor ops::zeros(IntVec size, OptDtype dtype, OptDevice device) {
+  STRATA_CORE_CALL("zeros", "", Tensor(IntVec, OptDtype, OptDevice), size, dtype, device);
+}
+Tensor ops::ones(IntVec size, OptDtype dtype, OptDevice device) {
+  STRATA_CORE_CALL("ones", "", Tensor(IntVec, OptDtype, OptDevice), size, dtype, device);
+}
+Tensor ops::full(IntVec size, const Scalar& v, OptDtype dtype, OptDevice device) {
+  STRATA_CORE_CALL("full", "", Tensor(IntVec, const Scalar&, OptDtype, OptDevice), size, v, dtype, device);
+}
+Tensor ops::arange(const Scalar& end, OptDtype dtype, OptDevice device) {
+  STRATA_CORE_CALL("arange", "", Tensor(const Scalar&, OptDtype, OptDevice), end, dtype, device);
+}
+Tensor ops::arange(const Scalar& start, const Scalar& end, const Scalar& step, OptDtype dtype, OptDevice device) {
+  STRATA_CORE_CALL("arange", "start", Tensor(const Scalar&, const Scalar&, const Scalar&, OptDtype, OptDevice), start,
+                   end, step, dtype, device);
+}
+Tensor ops::empty_like(const Tensor& self, OptDtype dtype, OptDevice device) {
+  STRATA_CORE_CALL("empty_like", "", Tensor(const Tensor&, OptDtype, OptDevice), self, dtype, device);
+}
+Tensor ops::clone(const Tensor& self) { STRATA_CORE_CALL("clone", "", Tensor(const Tensor&), self); }
+Tensor& ops::copy_(Tensor& self, const Tensor& src, bool non_blocking) {
+  STRATA_CORE_CALL("copy_", "", Tensor&(Tensor&, const Tensor&, bool), self, src, non_blocking);
+}
+Tensor ops::to(const Tensor& self, ScalarType dtype, bool non_blocking, bool copy) {
+  STRATA_CORE_CALL("to", "dtype", Tensor(const Tensor&, ScalarType, bool, bool), self, dtype, non_blocking, copy);
+}
+Tensor ops::contiguous(const Tensor& self) { STRATA_CORE_CALL("contiguous", "", Tensor(const Tensor&), self); }
+Tensor ops::add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  STRATA_CORE_CALL("add", "Tensor", Tensor(const Tensor&, const Tensor&, const Scalar&), a, b, alpha);
+}
+Tensor ops::add(const Tensor& a, const Scalar& b, const Scalar& alpha) {
+  STRATA_CORE_CALL("add", "Scalar", Tensor(const Tensor&, const Scalar&, const Scalar&), a, b, alpha);
+}
+Tensor ops::sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  STRATA_CORE_CALL("sub", "Tensor", Tensor(const Tensor&, const Tensor&, const Scalar&), a, b, alpha);
+}
+Tensor ops::sub(const Tensor& a, const Scalar& b, const Scalar& alpha) {
+  STRATA_CORE_CALL("sub", "Scalar", Tensor(const Tensor&, const Scalar&, const Scalar&), a, b, alpha);
+}
+Tensor ops::mul(const Tensor& a, const Tensor& b) {
+  STRATA_CORE_CALL("mul", "Tensor", Tensor(const Tensor&, const Tensor&), a, b);
+}
+Tensor ops::mul(const Tensor& a, const Scalar& b) {
+  STRATA_CORE_CALL("mul", "Scalar", Tensor(const Tensor&, const Scalar&), a, b);
+}
+Tensor ops::div(const Tensor& a, const Tensor& b) {
+  STRATA_CORE_CALL("div", "Tensor", Tensor(const Tensor&, const Tensor&), a, b);
+}
+Tensor ops::div(const Tensor& a, const Scalar& b) {
+  STRATA_CORE_CALL("div", "Scalar", Tensor(const Tensor&, const Scalar&), a, b);
+}
+Tensor ops::neg(const Tensor& a) { STRATA_CORE_CALL("neg", "", Tensor(const Tensor&), a); }
+Tensor ops::sin(const Tensor& a) { STRATA_CORE_CALL("sin", "", Tensor(const Tensor&), a); }
+Tensor ops::cos(const Tensor& a) { STRATA_CORE_CALL("cos", "", Tensor(const Tensor&), a); }
+Tensor ops::exp(const Tensor& a) { STRATA_CORE_CALL("exp", "", Tensor(const Tensor&), a); }
+Tensor ops::sum(const Tensor& a, OptDtype dtype) {
+  STRATA_CORE_CALL("sum", "", Tensor(const Tensor&, OptDtype), a, dtype);
+}
+Tensor ops::sum(const Tensor& a, std::optional<std::vector<int64_t>> dim, bool keepdim, OptDtype dtype) {
+  STRATA_CORE_CALL("sum", "dim_IntList", Tensor(const Tensor&, std::optional<std::vector<int64_t>>, bool, OptDtype), a,
+                   std::move(dim), keepdim, dtype);
+}
+Tensor ops::matmul(const Tensor& a, const Tensor& b) {
+  STRATA_CORE_CALL("matmul", "", Tensor(const Tensor&, const Tensor&), a, b);
+}
+Tensor ops::t(const Tensor& a) { STRATA_CORE_CALL("t", "", Tensor(const Tensor&), a); }
+Tensor ops::transpose(const Tensor& a, int64_t d0, int64_t d1) {
+  STRATA_CORE_CALL("transpose", "int", Tensor(const Tensor&, int64_t, int64_t), a, d0, d1);
+}
+Tensor ops::movedim(const Tensor& a, int64_t s, int64_t d) {
+  STRATA_CORE_CALL("movedim", "int", Tensor(const Tensor&, int64_t, int64_t), a, s, d);
+}
+Tensor ops::unsqueeze(const Tensor& a, int64_t d) {
+  STRATA_CORE_CALL("unsqueeze", "", Tensor(const Tensor&, int64_t), a, d);
+}
+Tensor ops::squeeze(const Tensor& a) { STRATA_CORE_CALL("squeeze", "", Tensor(const Tensor&), a); }
+Tensor ops::squeeze(const Tensor& a, int64_t d) {
+  STRATA_CORE_CALL("squeeze", "dim", Tensor(const Tensor&, int64_t), a, d);
+}
+Tensor ops::select(const Tensor& a, int64_t d, int64_t i) {
+  STRATA_CORE_CALL("select", "int", Tensor(const Tensor&, int64_t, int64_t), a, d, i);
+}
+Tensor ops::expand(const Tensor& a, IntVec size, bool implicit) {
+  STRATA_CORE_CALL("expand", "", Tensor(const Tensor&, IntVec, bool), a, size, implicit);
+}
+Tensor ops::reshape(const Tensor& a, IntVec shape) {
+  STRATA_CORE_CALL("reshape", "", Tensor(const Tensor&, IntVec), a, shape);
+}
+Tensor ops::view(const Tensor& a, IntVec size) { STRATA_CORE_CALL("view", "", Tensor(const Tensor&, IntVec), a, size); }
+Tensor ops::stack(const std::vector<Tensor>& ts, int64_t dim) {
+  STRATA_CORE_CALL("stack", "", Tensor(const std::vector<Tensor>&, int64_t), ts, dim);
+}
+Tensor ops::cat(const std::vector<Tensor>& ts, int64_t dim) {
+  STRATA_CORE_CALL("cat", "", Tensor(const std::vector<Tensor>&, int64_t), ts, dim);
+}
+bool ops::allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  STRATA_CORE_CALL("allclose", "", bool(const Tensor&, const Tensor&, double, double, bool), a, b, rtol, atol, equal_nan);
+}
+
+#undef STRATA_CORE_CALL
+
+}  // namespace strata

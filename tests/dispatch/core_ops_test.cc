@@ -1,0 +1,205 @@
+// The core:: ops: values on CPU, shapes and dtypes on Meta, PyTorch's promotion
+// and error messages, and that they go through the dispatcher.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "strata/strata.h"
+
+namespace strata {
+namespace {
+
+using ::testing::HasSubstr;
+
+template <typename F>
+std::string errorOf(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+Tensor fv(std::vector<float> v, std::vector<int64_t> shape = {}) {
+  if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
+  return from_vector(v, shape);
+}
+std::vector<int64_t> shapeOf(const Tensor& t) { return {t.sizes().begin(), t.sizes().end()}; }
+
+TEST(CoreOps, AreRegisteredAsBuiltinWithCpuAndMetaKernels) {
+  const auto names = Dispatcher::singleton().operatorNames();
+  int core = 0;
+  for (const auto& n : names) core += n.name.rfind("core::", 0) == 0;
+  EXPECT_GE(core, 39);
+  for (const auto& r : Dispatcher::singleton().registrations(parseOperatorName("core::add.Tensor"))) {
+    EXPECT_EQ(r.owner, "builtin");
+  }
+  const std::string d = dump("core::sin");
+  EXPECT_THAT(d, HasSubstr("CPU           kernel"));
+  EXPECT_THAT(d, HasSubstr("Meta          kernel"));
+}
+
+TEST(CoreOps, FactoriesFollowTorch) {
+  EXPECT_TRUE(ops::zeros({2, 3}).equal(zeros({2, 3})));
+  EXPECT_TRUE(ops::ones({2}, kInt64).equal(ones({2}, kInt64)));
+  EXPECT_EQ(ops::full({2}, 3).dtype(), kInt64);  // dtype from the fill value
+  EXPECT_EQ(ops::full({2}, 1.5).dtype(), kFloat32);
+  EXPECT_EQ(ops::full({2}, true).dtype(), kBool);
+  EXPECT_TRUE(ops::arange(4).equal(from_vector<int64_t>({0, 1, 2, 3})));
+  EXPECT_TRUE(ops::arange(1, 2, 0.5).equal(fv({1.0f, 1.5f})));
+  const Tensor m = ops::empty({4, 5}, kFloat16, kMeta);
+  EXPECT_TRUE(m.is_meta());
+  EXPECT_EQ(m.dtype(), kFloat16);
+  EXPECT_EQ(ops::empty_like(m).dtype(), kFloat16);
+  EXPECT_TRUE(ops::empty_like(m, std::nullopt, kCPU).is_cpu());
+}
+
+TEST(CoreOps, ArithmeticBroadcastsAndPromotes) {
+  const Tensor a = fv({1, 2, 3, 4, 5, 6}, {2, 3});
+  const Tensor b = fv({10, 20, 30});
+  EXPECT_TRUE(ops::add(a, b).equal(fv({11, 22, 33, 14, 25, 36}, {2, 3})));
+  EXPECT_TRUE(ops::add(a, b, 2).equal(fv({21, 42, 63, 24, 45, 66}, {2, 3})));
+  EXPECT_TRUE(ops::sub(b, 1.0).equal(fv({9, 19, 29})));
+  EXPECT_TRUE(ops::mul(a, 2).equal(fv({2, 4, 6, 8, 10, 12}, {2, 3})));
+  EXPECT_TRUE(ops::div(b, fv({10})).equal(fv({1, 2, 3})));
+  const Tensor i = from_vector<int64_t>({1, 2});
+  EXPECT_EQ(ops::add(i, 1).dtype(), kInt64);
+  EXPECT_EQ(ops::add(i, 1.5).dtype(), kFloat32);  // a float scalar lifts an int tensor to the default float
+  EXPECT_EQ(ops::div(i, i).dtype(), kFloat32);    // true division
+  EXPECT_TRUE(ops::div(i, 2).equal(fv({0.5f, 1.0f})));
+  EXPECT_EQ(ops::mul(ones({2}, kFloat16), 2.5).dtype(), kFloat16);  // a scalar does not raise the category's width
+  EXPECT_EQ(ops::add(ones({2}, kFloat16), ones({2}, kBFloat16)).dtype(), kFloat32);
+  EXPECT_EQ(ops::add(ones({2}, kInt32), ones({}, kFloat64)).dtype(), kFloat64);  // higher-category zero-dim
+  EXPECT_EQ(ops::add(ones({2}, kFloat32), ones({}, kFloat64)).dtype(), kFloat32);
+  EXPECT_EQ(ops::promoteTypes(kUInt8, kInt8), kInt32);
+  EXPECT_THAT(errorOf([&] { ops::add(fv({1, 2}), fv({1, 2, 3})); }),
+              HasSubstr("The size of tensor a (2) must match the size of tensor b (3) at non-singleton dimension 0"));
+  EXPECT_THAT(errorOf([] { ops::sub(ones({1}, kBool), ones({1}, kBool)); }), HasSubstr("bool tensors is not supported"));
+  EXPECT_THAT(errorOf([&] { ops::add(i, i, 1.5); }), HasSubstr("alpha must not be a floating point"));
+}
+
+TEST(CoreOps, UnaryOps) {
+  const Tensor x = fv({0.0f, 1.0f});
+  EXPECT_TRUE(ops::neg(x).equal(fv({-0.0f, -1.0f})));
+  EXPECT_TRUE(ops::allclose(ops::sin(x), fv({0.0f, std::sin(1.0f)})));
+  EXPECT_TRUE(ops::allclose(ops::cos(x), fv({1.0f, std::cos(1.0f)})));
+  EXPECT_TRUE(ops::allclose(ops::exp(x), fv({1.0f, std::exp(1.0f)})));
+  EXPECT_EQ(ops::sin(from_vector<int64_t>({1})).dtype(), kFloat32);
+  EXPECT_EQ(ops::exp(ones({2}, kFloat16)).dtype(), kFloat16);
+  EXPECT_THAT(errorOf([] { ops::neg(ones({1}, kBool)); }), HasSubstr("on a bool tensor is not supported"));
+}
+
+TEST(CoreOps, SumAllAndOverDims) {
+  const Tensor a = fv({1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_EQ(ops::sum(a).item().toDouble(), 21);
+  EXPECT_EQ(ops::sum(a).dim(), 0);
+  EXPECT_TRUE(ops::sum(a, std::vector<int64_t>{0}).equal(fv({5, 7, 9})));
+  EXPECT_TRUE(ops::sum(a, std::vector<int64_t>{-1}, true).equal(fv({6, 15}, {2, 1})));
+  EXPECT_EQ(ops::sum(ones({3}, kBool)).dtype(), kInt64);
+  EXPECT_EQ(ops::sum(ones({3}, kBool)).item().toLong(), 3);
+  EXPECT_EQ(ops::sum(a, std::nullopt, false, kFloat64).dtype(), kFloat64);
+  EXPECT_THAT(errorOf([&] { ops::sum(a, std::vector<int64_t>{0, 0}); }), HasSubstr("appears multiple times"));
+  EXPECT_THAT(errorOf([&] { ops::sum(a, std::vector<int64_t>{2}); }), HasSubstr("out of range"));
+}
+
+TEST(CoreOps, MatmulCoversVectorsMatricesAndBatches) {
+  const Tensor m = fv({1, 2, 3, 4, 5, 6}, {2, 3});
+  const Tensor v = fv({1, 1, 1});
+  EXPECT_TRUE(ops::matmul(m, v).equal(fv({6, 15})));
+  EXPECT_EQ(ops::matmul(v, v).item().toDouble(), 3);
+  EXPECT_TRUE(ops::matmul(fv({1, 1}), m).equal(fv({5, 7, 9})));
+  EXPECT_TRUE(ops::matmul(m, ops::t(m)).equal(fv({14, 32, 32, 77}, {2, 2})));
+  const Tensor batch = ops::stack({m, m, m});
+  EXPECT_EQ(shapeOf(ops::matmul(batch, ops::t(m))), (std::vector<int64_t>{3, 2, 2}));
+  EXPECT_THAT(errorOf([&] { ops::matmul(m, m); }), HasSubstr("shapes cannot be multiplied ([2, 3] and [2, 3])"));
+  EXPECT_THAT(errorOf([&] { ops::matmul(m, ones({3}, kFloat64)); }), HasSubstr("same dtype"));
+}
+
+TEST(CoreOps, ViewsShareStorage) {
+  const Tensor a = fv({1, 2, 3, 4, 5, 6}, {2, 3});
+  const Tensor t = ops::t(a);
+  EXPECT_EQ(shapeOf(t), (std::vector<int64_t>{3, 2}));
+  EXPECT_TRUE(t.is_alias_of(a));
+  EXPECT_TRUE(ops::transpose(a, 0, 1).equal(t));
+  EXPECT_EQ(shapeOf(ops::movedim(ones({2, 3, 4}), 0, -1)), (std::vector<int64_t>{3, 4, 2}));
+  EXPECT_EQ(shapeOf(ops::unsqueeze(a, 1)), (std::vector<int64_t>{2, 1, 3}));
+  EXPECT_EQ(shapeOf(ops::squeeze(ones({1, 2, 1}))), (std::vector<int64_t>{2}));
+  EXPECT_EQ(shapeOf(ops::squeeze(ones({1, 2, 1}), 0)), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(shapeOf(ops::squeeze(ones({1, 2, 1}), 1)), (std::vector<int64_t>{1, 2, 1}));
+  EXPECT_TRUE(ops::select(a, 1, 2).equal(fv({3, 6})));
+  const Tensor e = ops::expand(fv({1, 2, 3}), {2, -1});
+  EXPECT_TRUE(e.equal(fv({1, 2, 3, 1, 2, 3}, {2, 3})));
+  EXPECT_EQ(e.strides()[0], 0);
+  EXPECT_THAT(errorOf([] { ops::expand(fv({1, 2, 3}), {2, 4}); }),
+              HasSubstr("must match the existing size (3) at non-singleton dimension 1"));
+  EXPECT_TRUE(ops::view(a, {3, 2}).is_alias_of(a));
+  EXPECT_TRUE(ops::reshape(t, {6}).equal(fv({1, 4, 2, 5, 3, 6})));
+  EXPECT_TRUE(ops::contiguous(t).is_contiguous());
+  EXPECT_THAT(errorOf([] { ops::t(ones({1, 1, 1})); }), HasSubstr("<= 2 dimensions"));
+}
+
+TEST(CoreOps, StackAndCat) {
+  const Tensor a = fv({1, 2});
+  const Tensor b = fv({3, 4});
+  EXPECT_TRUE(ops::cat({a, b}).equal(fv({1, 2, 3, 4})));
+  EXPECT_TRUE(ops::stack({a, b}).equal(fv({1, 2, 3, 4}, {2, 2})));
+  EXPECT_TRUE(ops::stack({a, b}, 1).equal(fv({1, 3, 2, 4}, {2, 2})));
+  EXPECT_EQ(ops::cat({a, from_vector<int64_t>({5})}).dtype(), kFloat32);
+  EXPECT_THAT(errorOf([&] { ops::stack({a, fv({1})}); }), HasSubstr("equal size"));
+  // An empty list carries no keys: like any op with no tensors, it needs a composite kernel.
+  EXPECT_THAT(errorOf([] { ops::cat({}); }), HasSubstr("core::cat: no kernel for a call with an empty key set"));
+  EXPECT_THAT(errorOf([] { ops::cat({ones({2, 2}), ones({2, 3})}); }), HasSubstr("except in dimension 0"));
+}
+
+TEST(CoreOps, CopiesAndCasts) {
+  Tensor dst = zeros({2, 2});
+  ops::copy_(dst, fv({1, 2}));  // broadcast into the destination
+  EXPECT_TRUE(dst.equal(fv({1, 2, 1, 2}, {2, 2})));
+  const Tensor h = ops::to(dst, kFloat16);
+  EXPECT_EQ(h.dtype(), kFloat16);
+  EXPECT_TRUE(ops::to(dst, kFloat32).is_alias_of(dst));
+  EXPECT_FALSE(ops::to(dst, kFloat32, false, true).is_alias_of(dst));
+  const Tensor c = ops::clone(dst);
+  EXPECT_FALSE(c.is_alias_of(dst));
+  EXPECT_TRUE(c.equal(dst));
+}
+
+TEST(CoreOps, Allclose) {
+  EXPECT_TRUE(ops::allclose(fv({1.0f}), fv({1.0f + 1e-7f})));
+  EXPECT_FALSE(ops::allclose(fv({1.0f}), fv({1.1f})));
+  const float nan = std::nanf("");
+  EXPECT_FALSE(ops::allclose(fv({nan}), fv({nan})));
+  EXPECT_TRUE(ops::allclose(fv({nan}), fv({nan}), 1e-5, 1e-8, true));
+  EXPECT_THAT(errorOf([] { ops::allclose(empty({1}, kMeta), empty({1}, kMeta)); }), HasSubstr("meta tensors have none"));
+}
+
+TEST(CoreOps, MetaKernelsGiveShapesAndDtypesWithoutData) {
+  const Tensor a = empty({2, 3}, kMeta);
+  const Tensor b = empty({3}, TensorOptions(kFloat64).with_device(kMeta));
+  const Tensor s = ops::add(a, b);
+  EXPECT_TRUE(s.is_meta());
+  EXPECT_EQ(shapeOf(s), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(s.dtype(), kFloat64);
+  EXPECT_EQ(shapeOf(ops::matmul(a, empty({3, 4}, kMeta))), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(shapeOf(ops::sum(a, std::vector<int64_t>{1}, true)), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(shapeOf(ops::cat({a, a}, 1)), (std::vector<int64_t>{2, 6}));
+  EXPECT_EQ(shapeOf(ops::stack({a, a})), (std::vector<int64_t>{2, 2, 3}));
+  EXPECT_EQ(ops::sin(empty({2}, TensorOptions(kInt64).with_device(kMeta))).dtype(), kFloat32);
+  EXPECT_TRUE(ops::t(a).is_meta());
+  EXPECT_THAT(errorOf([&] { ops::matmul(a, a); }), HasSubstr("cannot be multiplied"));
+}
+
+TEST(CoreOps, CallableBoxedWithDefaults) {
+  const auto h = Dispatcher::singleton().findSchemaOrThrow("core::sum.dim_IntList");
+  Stack s{fv({1, 2, 3, 4}, {2, 2}), int64_t{1}};  // int[1]? given a single int
+  h.callBoxed(s);
+  EXPECT_TRUE(s.at(0).toTensor().equal(fv({3, 7})));
+  Stack f{std::vector<int64_t>{2}, IValue(), IValue("meta")};  // Device from a string
+  Dispatcher::singleton().findSchemaOrThrow("core::zeros").callBoxed(f);
+  EXPECT_TRUE(f.at(0).toTensor().is_meta());
+}
+
+}  // namespace
+}  // namespace strata

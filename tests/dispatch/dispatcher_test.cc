@@ -1,0 +1,681 @@
+// The dispatcher's rules, one test (or a few) per rule. Each test uses its own
+// namespace, and its Library objects die with it, so tests do not see each other.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "strata/strata.h"
+
+namespace strata {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Runs f and returns the message of the strata::Error it throws ("" if none).
+template <typename F>
+std::string errorOf(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+using Unary = Tensor(const Tensor&);
+OperatorHandle op(const std::string& name, const std::string& overload = "") {
+  return Dispatcher::singleton().findSchemaOrThrow(name, overload);
+}
+// A tensor whose single value tells which kernel made it.
+Tensor tagged(double v) { return full({1}, v); }
+double tagOf(const Tensor& t) { return t.item().toDouble(); }
+
+// ---------------------------------------------------------------------------
+// Keys.
+
+TEST(DispatchKeys, AliasKeysAreNotRuntimeKeysAndMapToTheirSets) {
+  EXPECT_TRUE(DispatchKeySet(DispatchKey::CompositeImplicitAutograd).empty());
+  EXPECT_EQ(runtimeKeySetFor(DispatchKey::CompositeExplicitAutograd), kBackendKeys);
+  EXPECT_EQ(runtimeKeySetFor(DispatchKey::CompositeImplicitAutograd), kBackendKeys | kAutogradKeys);
+  EXPECT_EQ(runtimeKeySetFor(DispatchKey::Autograd), kAutogradKeys);
+  EXPECT_EQ(runtimeKeySetFor(DispatchKey::CPU), DispatchKeySet(DispatchKey::CPU));
+  EXPECT_TRUE(isAliasKey(DispatchKey::Autograd));
+  EXPECT_FALSE(isRuntimeKey(DispatchKey::Autograd));
+}
+
+TEST(DispatchKeys, ParsesDeviceTypesDefaultAndKeyNames) {
+  EXPECT_EQ(parseDispatchKey("cpu"), DispatchKey::CPU);
+  EXPECT_EQ(parseDispatchKey("cuda"), DispatchKey::CUDA);
+  EXPECT_EQ(parseDispatchKey("meta"), DispatchKey::Meta);
+  EXPECT_EQ(parseDispatchKey("privateuse1"), DispatchKey::PrivateUse1);
+  EXPECT_EQ(parseDispatchKey("default"), DispatchKey::CompositeExplicitAutograd);
+  EXPECT_EQ(parseDispatchKey("AutogradCPU"), DispatchKey::AutogradCPU);
+  EXPECT_EQ(parseDispatchKey("CompositeImplicitAutograd"), DispatchKey::CompositeImplicitAutograd);
+  EXPECT_THAT(errorOf([] { parseDispatchKey("gpu"); }), AllOf(HasSubstr("'gpu'"), HasSubstr("cpu, cuda, meta")));
+}
+
+TEST(DispatchKeys, OrderIsPyTorchs) {
+  const DispatchKeySet all = kAllRuntimeKeys;
+  std::vector<DispatchKey> order;
+  for (DispatchKeySet rest = all; !rest.empty(); rest = rest.remove(rest.highestPriorityKey())) {
+    order.push_back(rest.highestPriorityKey());
+  }
+  using K = DispatchKey;
+  EXPECT_EQ(order, (std::vector<K>{K::Batched, K::AutocastCUDA, K::AutocastCPU, K::AutogradCUDA, K::AutogradCPU,
+                                    K::AutogradMeta, K::Mode, K::Meta, K::PrivateUse1, K::CUDA, K::CPU}));
+  EXPECT_EQ(keysBelow(K::AutogradCPU) & all,
+            (DispatchKeySet{K::AutogradMeta, K::Mode, K::Meta, K::PrivateUse1, K::CUDA, K::CPU}));
+  EXPECT_EQ(keysAbove(K::AutocastCPU) & all, (DispatchKeySet{K::Batched, K::AutocastCUDA}));
+}
+
+TEST(DispatchKeys, TensorsContributeTheirKeys) {
+  Tensor x = ones({2});
+  EXPECT_EQ(x.key_set(), DispatchKeySet(DispatchKey::CPU));
+  x.set_requires_grad(true);
+  EXPECT_EQ(x.key_set(), (DispatchKeySet{DispatchKey::CPU, DispatchKey::AutogradCPU}));
+  EXPECT_EQ(empty({2}, kMeta).key_set(), DispatchKeySet(DispatchKey::Meta));
+}
+
+TEST(LocalDispatchKeySet, GuardsIncludeAndExcludeForAScopeAndNest) {
+  const auto before = tls_local_dispatch_key_set();
+  {
+    IncludeDispatchKeyGuard inc(DispatchKey::AutocastCPU);
+    EXPECT_TRUE(tls_local_dispatch_key_set().included.has(DispatchKey::AutocastCPU));
+    {
+      ExcludeDispatchKeyGuard exc(DispatchKey::AutocastCPU);
+      EXPECT_TRUE(tls_local_dispatch_key_set().excluded.has(DispatchKey::AutocastCPU));
+      IncludeDispatchKeyGuard inc2(DispatchKey::Mode);
+      EXPECT_TRUE(tls_local_dispatch_key_set().included.has(DispatchKey::Mode));
+    }
+    EXPECT_FALSE(tls_local_dispatch_key_set().excluded.has(DispatchKey::AutocastCPU));
+    EXPECT_FALSE(tls_local_dispatch_key_set().included.has(DispatchKey::Mode));
+  }
+  EXPECT_EQ(tls_local_dispatch_key_set().included, before.included);
+  EXPECT_EQ(tls_local_dispatch_key_set().excluded, before.excluded);
+}
+
+// ---------------------------------------------------------------------------
+// The seeds' examples.
+
+Tensor sin_cpu(const Tensor& x) {
+  std::vector<float> v = x.contiguous().to_vector<float>();
+  for (float& e : v) e = std::sin(e);
+  return from_vector(v, std::vector<int64_t>(x.sizes().begin(), x.sizes().end()));
+}
+
+TEST(Seeds, SinDefinedThenImplementedForCpu) {
+  Library def(Library::DEF, "seed_sin");
+  def.def("sin(Tensor x) -> Tensor");
+  Library impl(Library::IMPL, "seed_sin", DispatchKey::CPU);
+  impl.impl("sin", &sin_cpu);
+  const Tensor x = from_vector<float>({0.0f, 1.0f, 2.0f});
+  const Tensor y = op("seed_sin::sin").typed<Unary>().call(x);
+  EXPECT_TRUE(y.equal(from_vector<float>({std::sin(0.0f), std::sin(1.0f), std::sin(2.0f)})));
+}
+
+TEST(Seeds, DefaultKernelZerosCpuKernelOnesAndTheCpuKernelDisabledInAScope) {
+  Library lib(Library::DEF, "seed_f");
+  lib.def("f(Tensor x) -> Tensor");
+  lib.impl("f", [](const Tensor& x) { return zeros(x.sizes()); }, "default");
+  lib.impl("f", [](const Tensor& x) { return ones(x.sizes()); }, "cpu");
+  const auto f = op("seed_f::f").typed<Unary>();
+  const Tensor x = ones({3});
+  EXPECT_TRUE(f.call(x).equal(ones({3})));
+  {
+    KernelEnabledScope off("seed_f::f", "cpu", false);
+    EXPECT_TRUE(f.call(x).equal(zeros({3})));
+    EXPECT_FALSE(is_kernel_enabled("seed_f::f", "cpu"));
+  }
+  EXPECT_TRUE(f.call(x).equal(ones({3})));
+  EXPECT_TRUE(is_kernel_enabled("seed_f::f", "cpu"));
+}
+
+TEST(Seeds, AWildcardFallbackHandlesEveryOpGenerically) {
+  // A PrivateUse1 "device" whose fallback runs any op by moving its tensors to CPU.
+  int calls = 0;
+  Library fb(Library::IMPL, "_", DispatchKey::PrivateUse1);
+  fb.fallback(CppFunction::makeFromBoxedFunctor([&calls](const OperatorHandle& o, DispatchKeySet ks, Stack& s) {
+    ++calls;
+    o.redispatchBoxed(ks & keysBelow(DispatchKey::PrivateUse1), s);
+  }));
+  Library a(Library::DEF, "seed_fb_a");
+  a.def("f(Tensor x) -> Tensor");
+  a.impl("f", [](const Tensor& x) { return x; }, DispatchKey::CPU);
+  Library b(Library::DEF, "seed_fb_b");
+  b.def("g(Tensor x, int n) -> int");
+  b.impl("g", [](const Tensor&, int64_t n) { return n * 2; }, DispatchKey::CPU);
+  IncludeDispatchKeyGuard on(DispatchKey::PrivateUse1);
+  Stack s1{ones({1})};
+  op("seed_fb_a::f").callBoxed(s1);
+  Stack s2{ones({1}), int64_t{21}};
+  op("seed_fb_b::g").callBoxed(s2);
+  EXPECT_EQ(s2.at(0).toInt(), 42);
+  EXPECT_EQ(op("seed_fb_b::g").typed<int64_t(const Tensor&, int64_t)>().call(ones({1}), 5), 10);
+  EXPECT_EQ(calls, 3);
+}
+
+// ---------------------------------------------------------------------------
+// Precedence.
+
+struct PrecedenceLib {
+  Library lib{Library::FRAGMENT, "prec"};
+  explicit PrecedenceLib(const char* name) { lib.def(std::string(name) + "(Tensor x) -> Tensor"); }
+  template <typename K>
+  void at(const char* name, K key, double tag) {
+    lib.impl(name, [tag](const Tensor&) { return tagged(tag); }, key);
+  }
+};
+
+TEST(Precedence, DirectKernelBeatsDefaultAndDefaultFillsOtherBackends) {
+  PrecedenceLib p("direct");
+  p.at("direct", DispatchKey::CompositeExplicitAutograd, 1);
+  p.at("direct", DispatchKey::CPU, 2);
+  const auto f = op("prec::direct").typed<Unary>();
+  EXPECT_EQ(tagOf(f.call(ones({1}))), 2);
+  const Tensor m = f.call(empty({1}, kMeta));  // Meta: the default kernel
+  EXPECT_EQ(tagOf(m), 1);
+}
+
+TEST(Precedence, CompositeExplicitBeatsCompositeImplicitOnBackends) {
+  PrecedenceLib p("cea_cia");
+  p.at("cea_cia", DispatchKey::CompositeImplicitAutograd, 1);
+  p.at("cea_cia", DispatchKey::CompositeExplicitAutograd, 2);
+  EXPECT_EQ(tagOf(op("prec::cea_cia").typed<Unary>().call(ones({1}))), 2);
+  // The autograd slot does not take the implicit kernel: a default kernel exists,
+  // so autograd falls through to the backend.
+  const auto table = Dispatcher::singleton().computedTable(parseOperatorName("prec::cea_cia"));
+  for (const SlotInfo& s : table) {
+    if (s.key == DispatchKey::AutogradCPU) EXPECT_EQ(s.source, "fallthrough");
+    if (s.key == DispatchKey::CPU) EXPECT_EQ(s.source, "default kernel");
+  }
+}
+
+TEST(Precedence, CompositeImplicitFillsBackendAndAutogradWhenNothingElse) {
+  PrecedenceLib p("cia_only");
+  p.at("cia_only", DispatchKey::CompositeImplicitAutograd, 7);
+  const auto f = op("prec::cia_only").typed<Unary>();
+  Tensor g = ones({1});
+  g.set_requires_grad(true);
+  EXPECT_EQ(tagOf(f.call(g)), 7);
+  for (const SlotInfo& s : Dispatcher::singleton().computedTable(parseOperatorName("prec::cia_only"))) {
+    if (s.key == DispatchKey::AutogradCPU || s.key == DispatchKey::CPU || s.key == DispatchKey::Meta) {
+      EXPECT_EQ(s.source, "composite implicit kernel") << toString(s.key);
+    }
+  }
+}
+
+TEST(Precedence, AutogradSlotSkipsCompositeImplicitWhenTheBackendHasAKernel) {
+  PrecedenceLib p("cia_backend");
+  p.at("cia_backend", DispatchKey::CompositeImplicitAutograd, 1);
+  p.at("cia_backend", DispatchKey::CPU, 2);
+  Tensor g = ones({1});
+  g.set_requires_grad(true);
+  // AutogradCPU falls through (builtin fallback), CPU has its own kernel.
+  EXPECT_EQ(tagOf(op("prec::cia_backend").typed<Unary>().call(g)), 2);
+  // AutogradCUDA: CUDA has no kernel, so the implicit kernel fills it.
+  for (const SlotInfo& s : Dispatcher::singleton().computedTable(parseOperatorName("prec::cia_backend"))) {
+    if (s.key == DispatchKey::AutogradCPU) EXPECT_EQ(s.source, "fallthrough");
+    if (s.key == DispatchKey::AutogradCUDA) EXPECT_EQ(s.source, "composite implicit kernel");
+  }
+}
+
+TEST(Precedence, AutogradAliasFillsEveryAutogradKey) {
+  PrecedenceLib p("ag");
+  p.at("ag", DispatchKey::CPU, 1);
+  p.lib.impl("ag", [](DispatchKeySet ks, const Tensor& x) {
+    // An autograd kernel that redispatches below itself and marks the result.
+    static const auto self = op("prec::ag").typed<Unary>();
+    Tensor r = self.redispatch(ks & keysBelow(DispatchKey::AutogradCPU), x);
+    return full({1}, tagOf(r) + 10);
+  }, DispatchKey::Autograd);
+  Tensor g = ones({1});
+  g.set_requires_grad(true);
+  EXPECT_EQ(tagOf(op("prec::ag").typed<Unary>().call(g)), 11);
+  EXPECT_EQ(tagOf(op("prec::ag").typed<Unary>().call(ones({1}))), 1);  // no autograd key: CPU directly
+}
+
+TEST(Precedence, BackendFallbackThenMissingWithAClearError) {
+  PrecedenceLib p("missing");
+  p.at("missing", DispatchKey::CUDA, 1);
+  const std::string msg = errorOf([] { op("prec::missing").typed<Unary>().call(ones({1})); });
+  EXPECT_THAT(msg, AllOf(HasSubstr("prec::missing"), HasSubstr("no kernel for dispatch key CPU"),
+                         HasSubstr("DispatchKeySet(CPU)"), HasSubstr("CUDA [unboxed, owner user"),
+                         HasSubstr("dispatcher_test.cc")));
+}
+
+TEST(Precedence, AnOpWithoutTensorArgumentsUsesItsCompositeKernelOrFails) {
+  Library lib(Library::DEF, "notensor");
+  lib.def("seven() -> int");
+  lib.def("eight() -> int");
+  lib.impl("seven", [] { return int64_t{7}; }, "default");
+  EXPECT_EQ(op("notensor::seven").typed<int64_t()>().call(), 7);
+  Stack s;
+  op("notensor::seven").callBoxed(s);
+  EXPECT_EQ(s.at(0).toInt(), 7);
+  lib.impl("eight", [] { return int64_t{8}; }, DispatchKey::CPU);
+  EXPECT_THAT(errorOf([] { op("notensor::eight").typed<int64_t()>().call(); }),
+              AllOf(HasSubstr("notensor::eight"), HasSubstr("empty key set"), HasSubstr("no tensor arguments")));
+}
+
+// ---------------------------------------------------------------------------
+// Fallthrough, fallbacks, redispatch, TLS.
+
+TEST(Fallthrough, AFallthroughKernelSkipsItsKeyAndIsMaskedOut) {
+  Library lib(Library::DEF, "ft");
+  lib.def("f(Tensor x) -> Tensor");
+  lib.impl("f", [](const Tensor&) { return tagged(1); }, DispatchKey::CPU);
+  lib.impl("f", CppFunction::makeFallthrough(), DispatchKey::PrivateUse1);
+  const auto f = op("ft::f");
+  EXPECT_FALSE(f.nonFallthroughKeys().has(DispatchKey::PrivateUse1));
+  EXPECT_FALSE(f.nonFallthroughKeys().has(DispatchKey::AutogradCPU));  // the builtin fallthrough fallback
+  EXPECT_TRUE(f.nonFallthroughKeys().has(DispatchKey::CPU));
+  IncludeDispatchKeyGuard g(DispatchKey::PrivateUse1);
+  EXPECT_EQ(tagOf(f.typed<Unary>().call(ones({1}))), 1);
+}
+
+TEST(Fallback, OnlyOnePerKeyOnlyBoxedOnlyFromUnderscoreImpl) {
+  Library fb(Library::IMPL, "_", DispatchKey::Batched);
+  fb.fallback(CppFunction::makeFallthrough());
+  Library fb2(Library::IMPL, "_", DispatchKey::Batched);
+  EXPECT_THAT(errorOf([&] { fb2.fallback(CppFunction::makeFallthrough()); }),
+              AllOf(HasSubstr("multiple backend fallbacks"), HasSubstr("Batched")));
+  Library fb3(Library::IMPL, "_", DispatchKey::PrivateUse1);
+  EXPECT_THAT(errorOf([&] { fb3.fallback([](const Tensor& x) { return x; }); }), HasSubstr("boxed kernel or a fallthrough"));
+  Library notwild(Library::IMPL, "somens", DispatchKey::PrivateUse1);
+  EXPECT_THAT(errorOf([&] { notwild.fallback(CppFunction::makeFallthrough()); }),
+              HasSubstr("IMPL library of namespace _"));
+}
+
+TEST(Redispatch, TheMaskDecidesWhichLayerRuns) {
+  Library lib(Library::DEF, "redis");
+  lib.def("f(Tensor x) -> Tensor");
+  std::vector<std::string> seen;
+  lib.impl("f", [&seen](DispatchKeySet ks, const Tensor& x) {
+    seen.push_back("PrivateUse1");
+    return op("redis::f").typed<Unary>().redispatch(ks & keysBelow(DispatchKey::PrivateUse1), x);
+  }, DispatchKey::PrivateUse1);
+  lib.impl("f", [&seen](DispatchKeySet ks, const Tensor& x) {
+    seen.push_back("CPU " + ks.str());
+    return x;
+  }, DispatchKey::CPU);
+  IncludeDispatchKeyGuard g(DispatchKey::PrivateUse1);
+  op("redis::f").typed<Unary>().call(ones({1}));
+  EXPECT_EQ(seen, (std::vector<std::string>{"PrivateUse1", "CPU DispatchKeySet(CPU)"}));
+}
+
+TEST(TlsSets, IncludedKeysDispatchAndExcludedKeysAreSkipped) {
+  Library lib(Library::DEF, "tls");
+  lib.def("f(Tensor x) -> Tensor");
+  lib.impl("f", [](const Tensor&) { return tagged(1); }, DispatchKey::CPU);
+  lib.impl("f", [](const Tensor&) { return tagged(2); }, DispatchKey::AutocastCPU);
+  const auto f = op("tls::f").typed<Unary>();
+  EXPECT_EQ(tagOf(f.call(ones({1}))), 1);
+  IncludeDispatchKeyGuard on(DispatchKey::AutocastCPU);
+  EXPECT_EQ(tagOf(f.call(ones({1}))), 2);
+  ExcludeDispatchKeyGuard off(DispatchKey::AutocastCPU);
+  EXPECT_EQ(tagOf(f.call(ones({1}))), 1);
+}
+
+TEST(ArgumentKeys, OptionalTensorAndTensorListArgumentsContribute) {
+  Library lib(Library::DEF, "argkeys");
+  lib.def("opt(Tensor? x) -> int");
+  lib.def("lst(Tensor[] xs) -> int");
+  lib.impl("opt", [](const std::optional<Tensor>&) { return int64_t{1}; }, DispatchKey::CPU);
+  lib.impl("opt", [](const std::optional<Tensor>&) { return int64_t{2}; }, DispatchKey::Meta);
+  lib.impl("opt", [](const std::optional<Tensor>&) { return int64_t{3}; }, "default");
+  lib.impl("lst", [](const std::vector<Tensor>&) { return int64_t{1}; }, DispatchKey::CPU);
+  lib.impl("lst", [](const std::vector<Tensor>&) { return int64_t{2}; }, DispatchKey::Meta);
+  const auto o = op("argkeys::opt").typed<int64_t(const std::optional<Tensor>&)>();
+  EXPECT_EQ(o.call(ones({1})), 1);
+  EXPECT_EQ(o.call(empty({1}, kMeta)), 2);
+  EXPECT_EQ(o.call(std::nullopt), 3);  // no tensor: the default kernel
+  const auto l = op("argkeys::lst").typed<int64_t(const std::vector<Tensor>&)>();
+  EXPECT_EQ(l.call({ones({1}), empty({1}, kMeta)}), 2);  // Meta outranks CPU
+  Stack s{std::vector<Tensor>{ones({1})}};
+  op("argkeys::lst").callBoxed(s);
+  EXPECT_EQ(s[0].toInt(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// Boxed <-> unboxed, all four directions.
+
+TEST(Boxing, UnboxedKernelCalledUnboxedAndBoxed) {
+  Library lib(Library::DEF, "box1");
+  lib.def("muladd(Tensor a, Tensor b, float c) -> Tensor");
+  lib.impl("muladd", [](const Tensor& a, const Tensor& b, double c) { return full({1}, tagOf(a) * tagOf(b) + c); },
+           DispatchKey::CPU);
+  const auto h = op("box1::muladd");
+  EXPECT_EQ(tagOf(h.typed<Tensor(const Tensor&, const Tensor&, double)>().call(tagged(2), tagged(3), 1.0)), 7);
+  Stack s{tagged(2), tagged(3), 1.5};
+  h.callBoxed(s);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(tagOf(s[0].toTensor()), 7.5);
+}
+
+TEST(Boxing, BoxedKernelCalledBoxedAndUnboxed) {
+  Library lib(Library::DEF, "box2");
+  lib.def("pair(Tensor a, int n) -> (Tensor, int)");
+  lib.impl("pair", CppFunction::makeFromBoxedFunctor([](const OperatorHandle&, DispatchKeySet, Stack& s) {
+    const int64_t n = pop(s).toInt();
+    Tensor a = pop(s).toTensor();
+    push(s, full({1}, tagOf(a) + static_cast<double>(n)), n * 2);
+  }), DispatchKey::CPU);
+  const auto h = op("box2::pair");
+  Stack s{tagged(1), int64_t{4}};
+  h.callBoxed(s);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(tagOf(s[0].toTensor()), 5);
+  EXPECT_EQ(s[1].toInt(), 8);
+  auto [t, n] = h.typed<std::tuple<Tensor, int64_t>(const Tensor&, int64_t)>().call(tagged(1), 4);
+  EXPECT_EQ(tagOf(t), 5);
+  EXPECT_EQ(n, 8);
+}
+
+TEST(Boxing, StatefulFunctorsAndFunctionPointers) {
+  struct Counter {
+    std::shared_ptr<int> n = std::make_shared<int>(0);
+    int64_t operator()(const Tensor&) const { return ++*n; }
+  };
+  Counter c;
+  Library lib(Library::DEF, "box3");
+  lib.def("count(Tensor x) -> int");
+  lib.impl("count", c, DispatchKey::CPU);
+  const auto h = op("box3::count").typed<int64_t(const Tensor&)>();
+  EXPECT_EQ(h.call(ones({1})), 1);
+  EXPECT_EQ(h.call(ones({1})), 2);
+  EXPECT_EQ(*c.n, 2);
+}
+
+TEST(Boxing, MutableTensorArgumentsAndReturnsThroughABoxedKernel) {
+  Library lib(Library::DEF, "box4");
+  lib.def("fill_(Tensor(a!) self, float v) -> Tensor(a!)");
+  lib.impl("fill_", CppFunction::makeFromBoxedFunctor([](const OperatorHandle&, Stack& s) {
+    const double v = pop(s).toDouble();
+    const Tensor self = pop(s).toTensor();
+    self.fill_(v);
+    push(s, self);
+  }), DispatchKey::CPU);
+  Tensor x = zeros({2});
+  Tensor& r = op("box4::fill_").typed<Tensor&(Tensor&, double)>().call(x, 3.0);
+  EXPECT_EQ(&r, &x);
+  EXPECT_TRUE(x.equal(full({2}, 3.0)));
+}
+
+// ---------------------------------------------------------------------------
+// Signatures and argument checks.
+
+TEST(Signatures, AnUnboxedKernelThatDoesNotMatchTheSchemaIsRefusedWithBothSignatures) {
+  Library lib(Library::DEF, "sig");
+  lib.def("foo(Tensor x, float y) -> Tensor");
+  const std::string msg = errorOf([&] { lib.impl("foo", [](const Tensor& x, int64_t) { return x; }, DispatchKey::CPU); });
+  EXPECT_THAT(msg, AllOf(HasSubstr("sig::foo"), HasSubstr("argument 'y' (position 1) is float"),
+                         HasSubstr("sig::foo(Tensor x, float y) -> Tensor"), HasSubstr("(Tensor _0, int _1) -> Tensor")));
+  EXPECT_THAT(errorOf([&] { lib.impl("foo", [](const Tensor& x) { return x; }, DispatchKey::CPU); }),
+              HasSubstr("2 arguments, the C++ function 1"));
+  EXPECT_THAT(errorOf([&] { lib.impl("foo", [](const Tensor&, double) { return int64_t{0}; }, DispatchKey::CPU); }),
+              HasSubstr("return 0 is Tensor in the schema, int"));
+  EXPECT_EQ(Dispatcher::singleton().registrations(parseOperatorName("sig::foo")).size(), 1u);  // only the def
+}
+
+TEST(Signatures, KernelsOfOneOpShareOneCppSignatureAndTypedCallsMustUseIt) {
+  Library lib(Library::DEF, "sig2");
+  lib.def("foo(Tensor x) -> Tensor");
+  lib.impl("foo", [](const Tensor& x) { return x; }, DispatchKey::CPU);
+  EXPECT_THAT(errorOf([&] { lib.impl("foo", [](Tensor x) { return x; }, DispatchKey::Meta); }),
+              HasSubstr("mismatch in kernel C++ signatures"));
+  EXPECT_THAT(errorOf([] { op("sig2::foo").typed<Tensor(Tensor)>(); }), HasSubstr("exact C++ signature"));
+  EXPECT_THAT(errorOf([] { op("sig2::foo").typed<Tensor(const Tensor&, double)>(); }),
+              HasSubstr("does not match the schema"));
+}
+
+TEST(ArgumentChecks, BoxedCallsCheckCountAndTypesAndFillDefaults) {
+  Library lib(Library::DEF, "mylib");
+  lib.def("foo(Tensor a, Tensor b, float c, int d=3, *, str mode=\"x\") -> Tensor");
+  lib.impl("foo", [](const Tensor& a, const Tensor&, double c, int64_t d, std::string_view mode) {
+    return full({1}, tagOf(a) + c + static_cast<double>(d) + static_cast<double>(mode.size()));
+  }, DispatchKey::CPU);
+  const auto h = op("mylib::foo");
+  Stack bad{tagged(1), tagged(1), tagged(1)};
+  EXPECT_EQ(errorOf([&] { h.callBoxed(bad); }), "mylib::foo: argument 'c' (position 2) expects float, got Tensor");
+  Stack few{tagged(1)};
+  EXPECT_THAT(errorOf([&] { h.callBoxed(few); }), HasSubstr("missing argument 'b' (position 1)"));
+  Stack many{tagged(1), tagged(1), 1.0, int64_t{1}, "m", 5.0};
+  EXPECT_THAT(errorOf([&] { h.callBoxed(many); }), HasSubstr("expected at most 5 arguments, got 6"));
+  Stack ok{tagged(1), tagged(1), int64_t{2}};  // an int where a float is expected is accepted
+  h.callBoxed(ok);
+  EXPECT_EQ(tagOf(ok.at(0).toTensor()), 1 + 2 + 3 + 1);
+}
+
+// ---------------------------------------------------------------------------
+// Libraries.
+
+TEST(Libraries, PyTorchsMisusesAreErrors) {
+  Library def(Library::DEF, "libk");
+  EXPECT_THAT(errorOf([] { Library again(Library::DEF, "libk"); }),
+              AllOf(HasSubstr("Only a single STRATA_LIBRARY"), HasSubstr("libk"), HasSubstr("dispatcher_test.cc")));
+  def.def("f(Tensor x) -> Tensor");
+  EXPECT_THAT(errorOf([&] { def.def("f(Tensor x) -> Tensor"); }), HasSubstr("multiple times"));
+  Library impl(Library::IMPL, "libk", DispatchKey::CPU);
+  EXPECT_THAT(errorOf([&] { impl.def("g(Tensor x) -> Tensor"); }), HasSubstr("Cannot define an operator inside"));
+  EXPECT_THAT(errorOf([&] { def.def("other::g(Tensor x) -> Tensor"); }),
+              HasSubstr("Explicitly provided namespace (other) in schema string"));
+  EXPECT_THAT(errorOf([&] { impl.impl("other::f", [](const Tensor& x) { return x; }); }),
+              HasSubstr("Explicitly provided namespace (other) in operator name"));
+  EXPECT_THAT(errorOf([&] { impl.impl("f", [](const Tensor& x) { return x; }, DispatchKey::Meta); }),
+              HasSubstr("Explicitly provided dispatch key (Meta) is inconsistent"));
+  EXPECT_THAT(errorOf([] { Library w(Library::DEF, "_"); }), HasSubstr("wildcard namespace _"));
+  EXPECT_THAT(errorOf([] { Library w(Library::FRAGMENT, "_"); }), HasSubstr("wildcard namespace _"));
+  EXPECT_THAT(errorOf([] { Library w(Library::DEF, "bad-ns"); }), HasSubstr("invalid library namespace"));
+  EXPECT_THAT(errorOf([&] { def.def("h(Tensor x) -> Tensor!!"); }), HasSubstr("invalid schema"));
+}
+
+TEST(Libraries, FragmentsMayBeManyAndDefWithAFunctionInfersTheSchema) {
+  Library a(Library::FRAGMENT, "frag");
+  Library b(Library::FRAGMENT, "frag");
+  a.def("twice", [](const Tensor& x, int64_t n) { return full({1}, tagOf(x) * static_cast<double>(n)); });
+  EXPECT_EQ(op("frag::twice").schema().str(), "frag::twice(Tensor _0, int _1) -> Tensor");
+  EXPECT_EQ(tagOf(op("frag::twice").typed<Tensor(const Tensor&, int64_t)>().call(tagged(3), 2)), 6);
+  b.def("thrice(Tensor x) -> Tensor", [](const Tensor& x) { return full({1}, tagOf(x) * 3); });
+  EXPECT_EQ(tagOf(op("frag::thrice").typed<Unary>().call(tagged(2))), 6);
+  // def(name, fn) registers a CompositeImplicitAutograd kernel, as in PyTorch.
+  const auto regs = Dispatcher::singleton().registrations(parseOperatorName("frag::thrice"));
+  ASSERT_EQ(regs.size(), 2u);
+  EXPECT_EQ(regs[1].key, DispatchKey::CompositeImplicitAutograd);
+  // A refused impl undoes its def.
+  EXPECT_THAT(errorOf([&] { a.def("bad(Tensor x) -> int", [](const Tensor& x) { return x; }); }),
+              HasSubstr("does not match"));
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("frag::bad")).has_value());
+}
+
+TEST(Libraries, AnotherOwnersKernelNeedsAllowOverrideAndRemovalRestoresTheOldOne) {
+  std::optional<Library> first;
+  {
+    RegistrationOwnerGuard owner("bundle_a@1.0");
+    first.emplace(Library::DEF, "ovr");
+    first->def("f(Tensor x) -> Tensor");
+    first->impl("f", [](const Tensor&) { return tagged(1); }, DispatchKey::CPU);
+  }
+  const auto f = op("ovr::f").typed<Unary>();
+  RegistrationOwnerGuard owner("bundle_b@2.0");
+  Library second(Library::IMPL, "ovr", DispatchKey::CPU);
+  EXPECT_THAT(errorOf([&] { second.impl("f", [](const Tensor&) { return tagged(2); }); }),
+              AllOf(HasSubstr("already registered by 'bundle_a@1.0'"), HasSubstr("allow_override")));
+  second.impl("f", [](const Tensor&) { return tagged(2); }, DispatchKey::CPU, ImplOptions{.allow_override = true});
+  EXPECT_EQ(tagOf(f.call(ones({1}))), 2);
+  second.impl("f", [](const Tensor&) { return tagged(3); });  // same owner: stacks without allow_override
+  EXPECT_EQ(tagOf(f.call(ones({1}))), 3);
+  second.reset();
+  EXPECT_EQ(tagOf(f.call(ones({1}))), 1);  // the stack unwinds to the first owner's kernel
+}
+
+TEST(Libraries, RegistrationsRecordOwnerAndDebugAndDieWithTheLibrary) {
+  {
+    RegistrationOwnerGuard owner("bundle@1.2.3");
+    Library lib(Library::DEF, "owned");
+    lib.def("f(Tensor x) -> Tensor");
+    lib.impl("f", [](const Tensor& x) { return x; }, DispatchKey::CPU);
+    const auto regs = Dispatcher::singleton().registrations(parseOperatorName("owned::f"));
+    ASSERT_EQ(regs.size(), 2u);
+    for (const auto& r : regs) {
+      EXPECT_EQ(r.owner, "bundle@1.2.3");
+      EXPECT_THAT(r.debug, AllOf(HasSubstr("dispatcher_test.cc:"), HasSubstr("registered at")));
+    }
+    EXPECT_EQ(lib.numRegistrations(), 3u);  // the DEF library claim, the def, the impl
+  }
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("owned::f")).has_value());
+  Library again(Library::DEF, "owned");  // the namespace is free again
+}
+
+TEST(Libraries, AnOperatorDisappearsWithItsLastDefAndImplAndStaleHandlesFailCleanly) {
+  std::optional<Library> def(std::in_place, Library::DEF, "gone");
+  def->def("f(Tensor x) -> Tensor");
+  Library impl(Library::IMPL, "gone", DispatchKey::CPU);
+  impl.impl("f", [](const Tensor& x) { return x; });
+  const auto f = op("gone::f").typed<Unary>();
+  def.reset();
+  EXPECT_TRUE(Dispatcher::singleton().findOp(parseOperatorName("gone::f")).has_value());  // impl still there
+  EXPECT_FALSE(Dispatcher::singleton().findSchema(parseOperatorName("gone::f")).has_value());
+  impl.reset();
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("gone::f")).has_value());
+  EXPECT_THAT(errorOf([&] { f.call(ones({1})); }), HasSubstr("was removed"));
+}
+
+TEST(Libraries, ImplBeforeDefIsAllowedAndCheckedWhenTheDefArrives) {
+  Library impl(Library::IMPL, "late", DispatchKey::CPU);
+  impl.impl("f", [](const Tensor& x) { return x; });
+  EXPECT_THAT(errorOf([] { op("late::f"); }), HasSubstr("has kernels but no schema"));
+  Library bad(Library::FRAGMENT, "late");
+  EXPECT_THAT(errorOf([&] { bad.def("f(Tensor x, int n) -> Tensor"); }), HasSubstr("does not match"));
+  bad.def("f(Tensor x) -> Tensor");
+  EXPECT_EQ(op("late::f").typed<Unary>().call(tagged(4)).item().toDouble(), 4);
+}
+
+TEST(Libraries, AStaticLibraryBlockThatThrowsKeepsNothing) {
+  const auto errors = detail::staticRegistrationErrors();
+  bool found = false;
+  for (const auto& e : errors) found = found || e.find("static_bad") != std::string::npos;
+  EXPECT_TRUE(found);
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("static_bad::ok")).has_value());
+}
+
+// ---------------------------------------------------------------------------
+// set_kernel_enabled and get_kernel.
+
+TEST(KernelEnabled, StateIsKeptBeforeRegistrationAndTheSlotFallsToTheNextPrecedence) {
+  EXPECT_TRUE(set_kernel_enabled("toggle::f", "cpu", false));  // previous state: enabled
+  Library lib(Library::DEF, "toggle");
+  lib.def("f(Tensor x) -> Tensor");
+  lib.impl("f", [](const Tensor&) { return tagged(1); }, "cpu");
+  lib.impl("f", [](const Tensor&) { return tagged(0); }, "default");
+  const auto f = op("toggle::f").typed<Unary>();
+  EXPECT_EQ(tagOf(f.call(ones({1}))), 0);  // registered while disabled: stays disabled
+  EXPECT_FALSE(set_kernel_enabled("toggle::f", "cpu", true));
+  EXPECT_EQ(tagOf(f.call(ones({1}))), 1);
+  {
+    KernelEnabledScope a("toggle::f", "cpu", false);
+    KernelEnabledScope b("toggle::f", "default", false);
+    EXPECT_THAT(errorOf([&] { f.call(ones({1})); }), AllOf(HasSubstr("no kernel for dispatch key CPU"), HasSubstr("disabled")));
+  }
+  EXPECT_EQ(tagOf(f.call(ones({1}))), 1);
+  EXPECT_THAT(Dispatcher::singleton().dump(parseOperatorName("toggle::f")), Not(HasSubstr("[disabled]")));
+  EXPECT_THAT(errorOf([] { set_kernel_enabled("toggle::f", "gpu", false); }), HasSubstr("unknown dispatch key"));
+  EXPECT_THAT(errorOf([] { set_kernel_enabled("not a name", "cpu", false); }), HasSubstr("invalid operator name"));
+}
+
+TEST(GetKernel, ReturnsTheComputedKernelAndFailsCleanlyOnceItIsGone) {
+  std::optional<Library> lib(std::in_place, Library::DEF, "getk");
+  lib->def("f(Tensor x) -> Tensor");
+  lib->impl("f", [](const Tensor& x) { return full({1}, tagOf(x) + 1); }, "default");
+  KernelHandle k = get_kernel("getk::f", "cpu");
+  EXPECT_EQ(k.source(), "default kernel");
+  EXPECT_EQ(k.owner(), "user");
+  EXPECT_TRUE(k.valid());
+  Stack s{tagged(1)};
+  k.callBoxed(s);
+  EXPECT_EQ(tagOf(s[0].toTensor()), 2);
+  EXPECT_EQ(tagOf(k.call<Tensor, const Tensor&>(tagged(5))), 6);
+  lib.reset();
+  EXPECT_FALSE(k.valid());
+  Stack s2{tagged(1)};
+  EXPECT_THAT(errorOf([&] { k.callBoxed(DispatchKeySet(DispatchKey::CPU), s2); }), HasSubstr("was deregistered"));
+  EXPECT_THAT(errorOf([] { get_kernel("getk::f", "cpu"); }), HasSubstr("no operator named getk::f"));
+}
+
+// ---------------------------------------------------------------------------
+// dump, explain, trace.
+
+TEST(Dump, ShowsTheTableRegistrationsOwnersAndState) {
+  RegistrationOwnerGuard owner("dumper");
+  Library lib(Library::DEF, "dumpns");
+  lib.def("f(Tensor x) -> Tensor");
+  lib.impl("f", [](const Tensor& x) { return x; }, "cpu");
+  lib.impl("f", [](const Tensor& x) { return x; }, "default");
+  KernelEnabledScope off("dumpns::f", "cpu", false);
+  const std::string d = dump("dumpns::f");
+  EXPECT_THAT(d, HasSubstr("schema: dumpns::f(Tensor x) -> Tensor"));
+  EXPECT_THAT(d, HasSubstr("owner=dumper"));
+  EXPECT_THAT(d, HasSubstr("[disabled]"));
+  EXPECT_THAT(d, HasSubstr("CPU: disabled"));
+  EXPECT_THAT(d, HasSubstr("CPU           default kernel [unboxed at CompositeExplicitAutograd, owner dumper"));
+  EXPECT_THAT(d, HasSubstr("AutogradCPU   fallthrough [fallthrough, owner builtin"));
+  EXPECT_THAT(d, HasSubstr("Batched       missing"));
+}
+
+TEST(Explain, SaysWhichKeysEachArgumentGaveAndWhichKernelsRan) {
+  RegistrationOwnerGuard owner("explainer");
+  Library lib(Library::DEF, "expl");
+  lib.def("outer(Tensor a, Tensor? b) -> Tensor");
+  lib.def("inner(Tensor a) -> Tensor");
+  lib.impl("inner", [](const Tensor& a) { return a; }, "cpu");
+  lib.impl("outer", [](DispatchKeySet ks, const Tensor& a, const std::optional<Tensor>&) {
+    (void)ks;
+    return op("expl::inner").typed<Unary>().call(a);
+  }, "cpu");
+  Tensor g = ones({1});
+  g.set_requires_grad(true);
+  IncludeDispatchKeyGuard inc(DispatchKey::AutocastCPU);
+  const Explanation ex = explain(op("expl::outer"), Stack{g, IValue()});
+  ASSERT_EQ(ex.arguments.size(), 2u);
+  EXPECT_EQ(ex.arguments[0].name, "a");
+  EXPECT_EQ(ex.arguments[0].keys, (DispatchKeySet{DispatchKey::CPU, DispatchKey::AutogradCPU}));
+  EXPECT_TRUE(ex.arguments[1].keys.empty());
+  EXPECT_TRUE(ex.tls_included.has(DispatchKey::AutocastCPU));
+  EXPECT_EQ(ex.final_keys, DispatchKeySet(DispatchKey::CPU));  // autocast and autograd fall through
+  ASSERT_EQ(ex.steps.size(), 2u);
+  EXPECT_EQ(ex.steps[0].op, "expl::outer");
+  EXPECT_EQ(ex.steps[0].slot.owner, "explainer");
+  EXPECT_EQ(ex.steps[1].op, "expl::inner");
+  EXPECT_EQ(ex.steps[1].depth, 1);
+  ASSERT_EQ(ex.results.size(), 1u);
+  const std::string text = ex.str();
+  EXPECT_THAT(text, AllOf(HasSubstr("a: DispatchKeySet(AutogradCPU, CPU)"), HasSubstr("TLS included: DispatchKeySet(AutocastCPU)"),
+                          HasSubstr("chosen: CPU -> kernel"), HasSubstr("  call expl::inner")));
+}
+
+TEST(Trace, LogsEveryStepToTheSinkWhileOn) {
+  Library lib(Library::DEF, "traced");
+  lib.def("f(Tensor x) -> Tensor");
+  lib.impl("f", [](const Tensor& x) { return x; }, "cpu");
+  std::vector<std::string> lines;
+  set_dispatch_trace_sink([&lines](std::string_view l) { lines.emplace_back(l); });
+  set_dispatch_trace(true);
+  op("traced::f").typed<Unary>().call(ones({1}));
+  set_dispatch_trace(false);
+  op("traced::f").typed<Unary>().call(ones({1}));
+  set_dispatch_trace_sink(nullptr);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], AllOf(HasSubstr("call traced::f"), HasSubstr("keys=DispatchKeySet(CPU) -> CPU: kernel")));
+}
+
+}  // namespace
+}  // namespace strata
+
+// A static block that fails halfway: nothing of it may stay registered.
+STRATA_LIBRARY(static_bad, m) {
+  m.def("ok(Tensor x) -> Tensor");
+  m.def("ok(Tensor x) -> Tensor");  // duplicate: throws
+}
