@@ -67,12 +67,12 @@ namespace detail {
 // set of a call].
 struct OperatorCore {
   std::atomic<uint64_t> non_fallthrough{~uint64_t{0}};
-  std::array<std::atomic<const KernelFunction*>, kNumRuntimeKeySlots> slots{};
+  std::array<std::atomic<const KernelFunction*>, kNumRuntimeKeySlots> table{};
 
   const KernelFunction& lookup(DispatchKeySet ks) const {
     // Bit 0 is never a key: `| 1` maps the empty set to slot 0 without a branch.
     const unsigned index = 63u - static_cast<unsigned>(std::countl_zero(ks.raw() | 1u));
-    return *slots[index].load(std::memory_order_acquire);
+    return *table[index].load(std::memory_order_acquire);
   }
   DispatchKeySet mask() const { return DispatchKeySet::fromRaw(non_fallthrough.load(std::memory_order_relaxed)); }
 };

@@ -296,7 +296,7 @@ struct Dispatcher::Impl {
     auto& slot = ops[name.str()];
     if (!slot) {
       slot = std::make_unique<OperatorEntry>(name);
-      for (auto& s : slot->core.slots) s.store(&sharedKernels().missing, std::memory_order_relaxed);
+      for (auto& s : slot->core.table) s.store(&sharedKernels().missing, std::memory_order_relaxed);
     }
     return *slot;
   }
@@ -359,7 +359,7 @@ struct Dispatcher::Impl {
       // Only runtime keys have bits; calls never carry the others.
       if (i != 0 && isRuntimeKey(k) && (!st.record || !st.record->kernel.isFallthrough())) mask |= uint64_t{1} << i;
       e.slot_state[i] = std::move(st);
-      e.core.slots[i].store(kf, std::memory_order_release);
+      e.core.table[i].store(kf, std::memory_order_release);
     }
     e.core.non_fallthrough.store(mask, std::memory_order_release);
   }
