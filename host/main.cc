@@ -17,6 +17,10 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"schema", "Canonicalize operator schemas (arguments or one per line on stdin)",
      &strata::host::runSchemaCommand},
+    {"ops", "List the registered operators and their schemas", &strata::host::runOpsCommand},
+    {"dump", "Print an operator's dispatch table, registrations and kernel state", &strata::host::runDumpCommand},
+    {"call", "Run an operator on literal arguments (--explain says why each layer ran)",
+     &strata::host::runCallCommand},
     {"demo", "Show the SDK's values: tensors, DLPack, IValues, schemas", &strata::host::runDemoCommand},
 };
 

@@ -25,5 +25,8 @@ inline QString helpText(const QCommandLineParser& parser, const QString& command
 
 int runSchemaCommand(const QStringList& args);
 int runDemoCommand(const QStringList& args);
+int runOpsCommand(const QStringList& args);
+int runDumpCommand(const QStringList& args);
+int runCallCommand(const QStringList& args);
 
 }  // namespace strata::host

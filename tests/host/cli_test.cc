@@ -143,3 +143,83 @@ TEST(CliTest, DemoRuns) {
 }
 
 }  // namespace
+
+TEST(CliOpsTest, ListsTheCoreOpsAndFilters) {
+  const Result r = run("ops");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("core::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor\n"));
+  EXPECT_THAT(r.out, HasSubstr("core::matmul(Tensor self, Tensor other) -> Tensor\n"));
+  const Result f = run("ops core::sin");
+  EXPECT_EQ(f.out, "core::sin(Tensor self) -> Tensor\n");
+  const Result j = run("ops --json core::sin");
+  EXPECT_EQ(j.status, 0);
+  EXPECT_THAT(j.out, HasSubstr("\"owner\": \"builtin\""));
+  EXPECT_THAT(j.out, HasSubstr("\"key\": \"Meta\""));
+}
+
+TEST(CliDumpTest, PrintsTheTableAndRejectsUnknownOps) {
+  const Result r = run("dump core::sin");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("schema: core::sin(Tensor self) -> Tensor"));
+  EXPECT_THAT(r.out, HasSubstr("CPU           kernel [unboxed, owner builtin"));
+  EXPECT_THAT(r.out, HasSubstr("AutogradCPU   fallthrough"));
+  const Result j = run("dump --json core::sin");
+  EXPECT_EQ(j.status, 0);
+  EXPECT_THAT(j.out, HasSubstr("\"source\": \"fallthrough\""));
+  const Result bad = run("dump nope::nothing");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_THAT(bad.out, HasSubstr("error: no operator named nope::nothing"));
+  EXPECT_EQ(run("dump 'not a name'").status, 1);
+  EXPECT_EQ(run("dump").status, 2);
+}
+
+TEST(CliCallTest, RunsOpsOnLiteralArguments) {
+  Result r = run("call core::add 'ones(2,3)' '[1,2,3]' alpha=2");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "tensor([[3., 5., 7.],\n        [3., 5., 7.]])\n");
+  r = run("call core::mul '[[1,2],[3,4]]:f16' -1.5");
+  EXPECT_EQ(r.out, "tensor([[-1.5000, -3.0000],\n        [-4.5000, -6.0000]], dtype=float16)\n");
+  r = run("call core::sum '[[1,2],[3,4]]' dim=1 keepdim=true");
+  EXPECT_EQ(r.out, "tensor([[3],\n        [7]])\n");
+  r = run("call core::zeros '[2,3]' device=meta");
+  EXPECT_THAT(r.out, HasSubstr("device='meta'"));
+  r = run("call core::allclose 'randn(4)' 'randn(4):f64' --seed 3");
+  EXPECT_EQ(r.out, "False\n");
+  r = run("call core::cat '[ones(2),[1,2]]'");
+  EXPECT_EQ(r.out, "tensor([1., 1., 1., 2.])\n");
+  r = run("call core::matmul 'arange(6):f32' '[1.5]'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("shapes cannot be multiplied"));
+}
+
+TEST(CliCallTest, ExplainSaysWhyEachLayerRan) {
+  const Result r = run("call core::mul '[1.,2.]:requires_grad' 2 --explain");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("self: DispatchKeySet(AutogradCPU, CPU)"));
+  EXPECT_THAT(r.out, HasSubstr("final key set: DispatchKeySet(CPU)"));
+  EXPECT_THAT(r.out, HasSubstr("chosen: CPU -> kernel (unboxed, owner builtin"));
+  EXPECT_THAT(r.out, HasSubstr("result:\ntensor([2., 4.])"));
+}
+
+TEST(CliCallTest, BadArgumentsAreClearErrors) {
+  Result r = run("call core::sin '[1,2'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("argument 'self' (position 0, Tensor): '[1,2': unbalanced brackets"));
+  r = run("call core::sin '[[1,2],[3]]'");
+  EXPECT_THAT(r.out, HasSubstr("ragged"));
+  r = run("call core::add 'ones(2)' abc");
+  EXPECT_THAT(r.out, HasSubstr("no overload of core::add takes these arguments"));
+  r = run("call core::sin 'ones(2)' 'ones(2)'");
+  EXPECT_THAT(r.out, HasSubstr("one too many"));
+  r = run("call core::sin");
+  EXPECT_THAT(r.out, HasSubstr("missing argument 'self'"));
+  r = run("call core::sin nope=1");
+  EXPECT_THAT(r.out, HasSubstr("no argument named 'nope'"));
+  r = run("call core::sin 'ones(2):f17'");
+  EXPECT_THAT(r.out, HasSubstr("unknown modifier 'f17'"));
+  r = run("call nope::x");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("no operator named nope::x"));
+  EXPECT_EQ(run("call").status, 2);
+  EXPECT_EQ(run("call core::sin 'ones(2)' --seed x").status, 2);
+}

@@ -1,0 +1,327 @@
+#include "call_args.h"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "strata/error.h"
+#include "strata/tensor.h"
+
+namespace strata::host {
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::optional<int64_t> asInt(std::string_view s) {
+  s = trim(s);
+  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+std::optional<double> asDouble(std::string_view s) {
+  s = trim(s);
+  const std::string t(s);
+  if (t == "inf" || t == "+inf") return INFINITY;
+  if (t == "-inf") return -INFINITY;
+  if (t == "nan") return NAN;
+  if (t.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (end != t.c_str() + t.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<bool> asBool(std::string_view s) {
+  s = trim(s);
+  if (s == "true" || s == "True") return true;
+  if (s == "false" || s == "False") return false;
+  return std::nullopt;
+}
+
+bool isNone(std::string_view s) {
+  s = trim(s);
+  return s == "None" || s == "none" || s == "null";
+}
+
+// The parts of "[a, [b, c], d]" at the top level: {"a", "[b, c]", "d"}.
+std::vector<std::string_view> splitList(std::string_view s, std::string_view whole) {
+  s = trim(s);
+  STRATA_CHECK(s.size() >= 2 && s.front() == '[' && s.back() == ']', Value, "'", whole, "': expected a list in [ ]");
+  std::string_view body = trim(s.substr(1, s.size() - 2));
+  std::vector<std::string_view> parts;
+  if (body.empty()) return parts;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (c == '[' || c == '(') ++depth;
+    if (c == ']' || c == ')') --depth;
+    STRATA_CHECK(depth >= 0, Value, "'", whole, "': unbalanced brackets");
+    if (c == ',' && depth == 0) {
+      parts.push_back(trim(body.substr(start, i - start)));
+      start = i + 1;
+    }
+  }
+  STRATA_CHECK(depth == 0, Value, "'", whole, "': unbalanced brackets");
+  parts.push_back(trim(body.substr(start)));
+  for (std::string_view p : parts) STRATA_CHECK(!p.empty(), Value, "'", whole, "': an empty list element");
+  return parts;
+}
+
+std::optional<ScalarType> dtypeName(std::string_view s) {
+  static const std::pair<const char*, ScalarType> kShort[] = {
+      {"f16", kFloat16}, {"bf16", kBFloat16}, {"f32", kFloat32}, {"f64", kFloat64}, {"i8", kInt8},
+      {"u8", kUInt8},    {"i32", kInt32},     {"i64", kInt64},   {"b8", kBool}};
+  for (const auto& [n, t] : kShort) {
+    if (s == n) return t;
+  }
+  return scalarTypeFromString(s);
+}
+
+// Flattens a nested list literal, checking it is rectangular.
+struct Nested {
+  std::vector<int64_t> shape;
+  std::vector<std::string_view> leaves;
+};
+void flatten(std::string_view s, size_t depth, Nested& out, std::string_view whole) {
+  s = trim(s);
+  if (!s.empty() && s.front() == '[') {
+    const auto parts = splitList(s, whole);
+    if (out.shape.size() == depth) out.shape.push_back(static_cast<int64_t>(parts.size()));
+    STRATA_CHECK(out.shape.size() > depth && out.shape[depth] == static_cast<int64_t>(parts.size()), Value, "'", whole,
+                 "': a ragged nested list (every list at one depth must have the same length)");
+    for (std::string_view p : parts) flatten(p, depth + 1, out, whole);
+    return;
+  }
+  STRATA_CHECK(out.shape.size() == depth || out.leaves.empty(), Value, "'", whole,
+               "': a ragged nested list (numbers and lists at the same depth)");
+  if (out.leaves.empty()) out.shape.resize(depth);
+  STRATA_CHECK(out.shape.size() == depth, Value, "'", whole, "': a ragged nested list");
+  out.leaves.push_back(s);
+}
+
+}  // namespace
+
+Tensor LiteralParser::parseTensor(std::string_view text) {
+  const std::string_view whole = text;
+  text = trim(text);
+  STRATA_CHECK(!text.empty(), Value, "an empty tensor literal");
+  // The base ends where its first bracket closes; ':' modifiers follow.
+  size_t end = 0;
+  if (text.front() == '[') {
+    int depth = 0;
+    for (; end < text.size(); ++end) {
+      if (text[end] == '[') ++depth;
+      if (text[end] == ']' && --depth == 0) break;
+    }
+    STRATA_CHECK(end < text.size(), Value, "'", whole, "': unbalanced brackets");
+    ++end;
+  } else {
+    end = text.find(')');
+    STRATA_CHECK(end != std::string_view::npos, Value, "'", whole,
+                 "': not a tensor literal (expected [..], ones(..), zeros(..), randn(..), rand(..), arange(..) "
+                 "or empty(..))");
+    ++end;
+  }
+  const std::string_view base = text.substr(0, end);
+  std::string_view rest = text.substr(end);
+
+  std::optional<ScalarType> dtype;
+  Device device = kCPU;
+  bool requires_grad = false;
+  while (!rest.empty()) {
+    STRATA_CHECK(rest.front() == ':', Value, "'", whole, "': expected ':' before a modifier, found '", rest, "'");
+    rest.remove_prefix(1);
+    size_t next = rest.find(':');
+    std::string_view mod = rest.substr(0, next);
+    rest = next == std::string_view::npos ? std::string_view() : rest.substr(next);
+    if (mod == "cuda" && !rest.empty() && rest.size() > 1 && std::isdigit(static_cast<unsigned char>(rest[1]))) {
+      // cuda:N
+      size_t n2 = rest.find(':', 1);
+      const std::string_view idx = rest.substr(1, n2 == std::string_view::npos ? std::string_view::npos : n2 - 1);
+      device = Device(std::string("cuda:") + std::string(idx));
+      rest = n2 == std::string_view::npos ? std::string_view() : rest.substr(n2);
+      continue;
+    }
+    if (auto t = dtypeName(mod)) {
+      dtype = *t;
+    } else if (mod == "requires_grad" || mod == "grad") {
+      requires_grad = true;
+    } else {
+      try {
+        device = Device(mod);
+      } catch (const Error&) {
+        STRATA_FAIL(Value, "'", whole, "': unknown modifier '", mod,
+                    "' (expected a dtype such as f16/float32/int64, a device such as cpu/meta/cuda, or requires_grad)");
+      }
+    }
+  }
+
+  Tensor t;
+  if (base.front() == '[') {
+    Nested n;
+    flatten(base, 0, n, whole);
+    bool any_float = false, all_bool = !n.leaves.empty();
+    for (std::string_view leaf : n.leaves) {
+      if (asBool(leaf)) continue;
+      all_bool = false;
+      if (asInt(leaf)) continue;
+      STRATA_CHECK(asDouble(leaf).has_value(), Value, "'", whole, "': '", leaf, "' is not a number");
+      any_float = true;
+    }
+    const ScalarType inferred = n.leaves.empty() ? kFloat32 : all_bool ? kBool : any_float ? kFloat32 : kInt64;
+    std::vector<double> values;
+    for (std::string_view leaf : n.leaves) {
+      if (auto b = asBool(leaf)) values.push_back(*b ? 1 : 0);
+      else if (auto i = asInt(leaf)) values.push_back(static_cast<double>(*i));
+      else values.push_back(*asDouble(leaf));
+    }
+    if (inferred == kInt64 && !n.leaves.empty()) {
+      std::vector<int64_t> iv;
+      for (std::string_view leaf : n.leaves) iv.push_back(*asInt(leaf));
+      t = from_vector(iv, n.shape);
+    } else {
+      t = from_vector(values, n.shape).to(inferred);
+    }
+    if (dtype) t = t.to(*dtype);
+  } else {
+    const size_t open = base.find('(');
+    STRATA_CHECK(open != std::string_view::npos, Value, "'", whole, "': expected NAME(sizes)");
+    const std::string_view name = trim(base.substr(0, open));
+    const std::string_view args = base.substr(open + 1, base.size() - open - 2);
+    std::vector<int64_t> sizes;
+    if (!trim(args).empty()) {
+      size_t start = 0;
+      while (true) {
+        const size_t comma = args.find(',', start);
+        const std::string_view part = args.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+        auto v = asInt(part);
+        STRATA_CHECK(v && *v >= 0, Value, "'", whole, "': '", trim(part), "' is not a size (a non-negative int)");
+        sizes.push_back(*v);
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+      }
+    }
+    const ScalarType dt = dtype.value_or(name == "arange" ? kInt64 : kFloat32);
+    if (name == "ones") {
+      t = ones(sizes, dt);
+    } else if (name == "zeros") {
+      t = zeros(sizes, dt);
+    } else if (name == "empty") {
+      t = zeros(sizes, dt);  // deterministic output for a command line
+    } else if (name == "arange") {
+      STRATA_CHECK(sizes.size() == 1, Value, "'", whole, "': arange(N) takes one size");
+      t = arange(Scalar(int64_t{0}), Scalar(sizes[0]), Scalar(int64_t{1}), TensorOptions(dt));
+    } else if (name == "randn" || name == "rand") {
+      int64_t n = 1;
+      for (int64_t s : sizes) n *= s;
+      std::vector<double> v(static_cast<size_t>(n));
+      std::normal_distribution<double> normal;
+      std::uniform_real_distribution<double> uniform;
+      for (double& x : v) x = name == "randn" ? normal(rng_) : uniform(rng_);
+      t = from_vector(v, sizes).to(dt);
+    } else {
+      STRATA_FAIL(Value, "'", whole, "': unknown tensor factory '", name,
+                  "' (expected ones, zeros, empty, arange, randn or rand)");
+    }
+  }
+  if (device != kCPU) t = t.to(device);
+  if (requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+IValue LiteralParser::parse(std::string_view text, const Type& type) {
+  const std::string_view s = trim(text);
+  auto fail = [&](const char* what) -> IValue {
+    STRATA_FAIL(Value, "cannot read '", text, "' as ", what);
+  };
+  switch (type.kind()) {
+    case TypeKind::Optional:
+      if (isNone(s)) return IValue();
+      return parse(s, *type.element());
+    case TypeKind::Tensor:
+      return parseTensor(s);
+    case TypeKind::Int:
+    case TypeKind::SymInt:
+      if (auto v = asInt(s)) return *v;
+      return fail("an int");
+    case TypeKind::Float:
+      if (auto v = asDouble(s)) return *v;
+      return fail("a float");
+    case TypeKind::Bool:
+      if (auto v = asBool(s)) return *v;
+      return fail("a bool (true or false)");
+    case TypeKind::Str:
+      if (s.size() >= 2 && (s.front() == '"' || s.front() == '\'') && s.back() == s.front()) {
+        return std::string(s.substr(1, s.size() - 2));
+      }
+      return std::string(s);
+    case TypeKind::Scalar:
+      if (auto v = asBool(s)) return *v;
+      if (auto v = asInt(s)) return *v;
+      if (auto v = asDouble(s)) return *v;
+      return fail("a Scalar (a number or a bool)");
+    case TypeKind::ScalarType:
+      if (auto t = dtypeName(s)) return *t;
+      return fail("a dtype (float32, f16, int64, bool, ...)");
+    case TypeKind::Device:
+      return Device(s);
+    case TypeKind::List: {
+      const Type& e = *type.element();
+      if (s.empty() || s.front() != '[') {
+        if (e.kind() == TypeKind::Int || e.kind() == TypeKind::SymInt) {
+          if (auto v = asInt(s)) return std::vector<int64_t>{*v};  // int[N] given one int
+        }
+        return fail(("a list " + type.str() + " in [ ]").c_str());
+      }
+      const auto parts = splitList(s, text);
+      if (e.kind() == TypeKind::Int || e.kind() == TypeKind::SymInt) {
+        std::vector<int64_t> v;
+        for (auto p : parts) v.push_back(parse(p, e).toInt());
+        return v;
+      }
+      if (e.kind() == TypeKind::Float) {
+        std::vector<double> v;
+        for (auto p : parts) v.push_back(parse(p, e).toDouble());
+        return v;
+      }
+      if (e.kind() == TypeKind::Bool) {
+        std::vector<bool> v;
+        for (auto p : parts) v.push_back(parse(p, e).toBool());
+        return v;
+      }
+      if (e.kind() == TypeKind::Tensor) {
+        std::vector<Tensor> v;
+        for (auto p : parts) v.push_back(parseTensor(p));
+        return v;
+      }
+      std::vector<IValue> v;
+      for (auto p : parts) v.push_back(parse(p, e));
+      return v;
+    }
+    default: {
+      // No type to go by: the most specific reading.
+      if (isNone(s)) return IValue();
+      if (auto v = asBool(s)) return *v;
+      if (auto v = asInt(s)) return *v;
+      if (auto v = asDouble(s)) return *v;
+      try {
+        return parseTensor(s);
+      } catch (const Error&) {
+        return std::string(s);
+      }
+    }
+  }
+}
+
+}  // namespace strata::host

@@ -1,0 +1,37 @@
+// Literal arguments for `strata call`: command-line words turned into IValues by
+// the schema type they are given for.
+//
+//   ints 3 -1, floats 2.0 1e-3, bools true/false, None, strings (quotes optional),
+//   lists [1,2,3], dtypes float16/f16, devices cpu/meta,
+//   tensors: nested lists  [1,2,3]  [[1,2],[3,4]]  [1.5,2]
+//            factories     ones(2,3)  zeros(4)  randn(3)  rand(2,2)  arange(5)
+//            with modifiers after ':'  [[1,2],[3,4]]:f16   ones(2,3):meta   randn(3):f64:requires_grad
+//   tensor lists [ones(2), [1,2]]
+// A nested list without a float is int64, with one float32, of only bools bool, as
+// torch.tensor infers. randn/rand draw from a generator seeded with `seed`.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <string_view>
+
+#include "strata/ivalue.h"
+#include "strata/schema.h"
+
+namespace strata::host {
+
+class LiteralParser {
+ public:
+  explicit LiteralParser(uint64_t seed) : rng_(seed) {}
+  // The value of `text` for an argument of type `type`. Throws strata::Error(Value)
+  // saying what could not be read and why.
+  IValue parse(std::string_view text, const Type& type);
+  // A tensor literal on its own.
+  Tensor parseTensor(std::string_view text);
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+}  // namespace strata::host

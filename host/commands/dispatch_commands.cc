@@ -1,0 +1,275 @@
+// strata ops / dump / call: the dispatcher from the command line.
+#include <QCommandLineParser>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTextStream>
+
+#include "call_args.h"
+#include "commands/commands.h"
+#include "schema_json.h"
+#include "strata/dispatcher.h"
+#include "strata/library.h"
+
+namespace strata::host {
+
+namespace {
+
+QString q(const std::string& s) { return QString::fromStdString(s); }
+
+QJsonObject toJson(const RegistrationInfo& r) {
+  QJsonObject o{{"kind", q(r.kind)}, {"owner", q(r.owner)}, {"debug", q(r.debug)}};
+  if (r.what != RegistrationInfo::What::Def) {
+    o["key"] = toString(r.key);
+    o["enabled"] = r.enabled;
+    o["active"] = r.active;
+  }
+  return o;
+}
+
+QJsonObject toJson(const SlotInfo& s) {
+  QJsonObject o{{"key", s.key == DispatchKey::Undefined ? QString("(no keys)") : QString(toString(s.key))},
+                {"source", q(s.source)}};
+  if (!s.owner.empty()) {
+    o["kind"] = q(s.kind);
+    o["registered_at"] = toString(s.registered_at);
+    o["owner"] = q(s.owner);
+    o["debug"] = q(s.debug);
+  }
+  return o;
+}
+
+QJsonObject opJson(const OperatorName& name, bool with_table) {
+  Dispatcher& d = Dispatcher::singleton();
+  QJsonObject o{{"name", q(name.str())}};
+  auto h = d.findOp(name);
+  if (h && h->hasSchema()) o["schema"] = q(h->schema().str());
+  QJsonArray regs;
+  for (const auto& r : d.registrations(name)) regs.append(toJson(r));
+  o["registrations"] = regs;
+  if (with_table) {
+    QJsonArray table;
+    for (const auto& s : d.computedTable(name)) table.append(toJson(s));
+    o["table"] = table;
+  }
+  return o;
+}
+
+// Parses the command line with QCommandLineParser; returns -1 to go on, else an exit code.
+int parseOrExit(QCommandLineParser& parser, const QStringList& args, QTextStream& out, QTextStream& err) {
+  if (!parser.parse(args)) {
+    err << args.first() << ": " << parser.errorText() << "\n" << helpText(parser, args.first());
+    return kExitUsage;
+  }
+  if (parser.isSet("help")) {
+    out << helpText(parser, args.first());
+    return kExitOk;
+  }
+  return -1;
+}
+
+
+// The stack for schema from command-line words (positional, then NAME=VALUE).
+Stack bindArguments(const FunctionSchema& schema, const QStringList& words, uint64_t seed) {
+  const auto& params = schema.arguments();
+  LiteralParser literals(seed);
+  std::vector<std::optional<IValue>> given(params.size());
+  size_t next = 0;
+  for (const QString& w : words) {
+    const std::string word = w.toStdString();
+    const size_t eq = word.find('=');
+    size_t index = next;
+    std::string text = word;
+    if (eq != std::string::npos && eq > 0 && word.find_first_of("[(") > eq) {
+      auto idx = schema.argumentIndexWithName(word.substr(0, eq));
+      STRATA_CHECK(idx.has_value(), Value, schema.operator_name().str(), " has no argument named '", word.substr(0, eq),
+                   "'");
+      index = *idx;
+      text = word.substr(eq + 1);
+    } else {
+      STRATA_CHECK(index < params.size() && !params[index].kwarg_only, Value, schema.operator_name().str(), " takes ",
+                   index, " positional arguments; '", word, "' is one too many");
+      next = index + 1;
+    }
+    STRATA_CHECK(!given[index].has_value(), Value, "argument '", params[index].name, "' given twice");
+    try {
+      given[index] = literals.parse(text, *params[index].type);
+    } catch (const Error& e) {
+      STRATA_FAIL(Value, "argument '", params[index].name, "' (position ", index, ", ", params[index].type->str(),
+                  "): ", e.what());
+    }
+  }
+  Stack stack;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (given[i]) {
+      stack.push_back(*given[i]);
+    } else if (params[i].default_value) {
+      stack.push_back(*params[i].default_value);
+    } else {
+      STRATA_FAIL(Value, schema.operator_name().str(), ": missing argument '", params[i].name, "' (position ", i, ", ",
+                  params[i].type->str(), ")\n  schema: ", schema.str());
+    }
+  }
+  return stack;
+}
+
+}  // namespace
+
+int runOpsCommand(const QStringList& args) {
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      "List the registered operators and their schemas, sorted by name. With a\n"
+      "PATTERN, only the operators whose name contains it.");
+  parser.addHelpOption();
+  parser.addOption({"json", "Print a JSON array: name, schema and registrations (key, kind, owner, debug, enabled)."});
+  parser.addPositionalArgument("pattern", "A substring of the operator names to show.", "[PATTERN]");
+  QTextStream out(stdout);
+  QTextStream err(stderr);
+  if (int rc = parseOrExit(parser, args, out, err); rc >= 0) return rc;
+  const QStringList pos = parser.positionalArguments();
+  if (pos.size() > 1) {
+    err << args.first() << ": at most one PATTERN\n";
+    return kExitUsage;
+  }
+  const std::string pattern = pos.isEmpty() ? "" : pos.first().toStdString();
+  QJsonArray all;
+  for (const OperatorName& n : Dispatcher::singleton().operatorNames()) {
+    if (!pattern.empty() && n.str().find(pattern) == std::string::npos) continue;
+    if (parser.isSet("json")) {
+      all.append(opJson(n, false));
+    } else {
+      auto h = Dispatcher::singleton().findOp(n);
+      out << (h && h->hasSchema() ? q(h->schema().str()) : q(n.str()) + "  (no schema)") << "\n";
+    }
+  }
+  if (parser.isSet("json")) out << QJsonDocument(all).toJson(QJsonDocument::Indented);
+  return kExitOk;
+}
+
+int runDumpCommand(const QStringList& args) {
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      "Print an operator's dispatch table: its schema, every registration (key, kind,\n"
+      "owner, where it was registered, enabled or not), and the kernel each runtime\n"
+      "key's slot computes to, with the reason (kernel, default kernel, composite\n"
+      "implicit kernel, autograd kernel, backend fallback, fallthrough, missing).");
+  parser.addHelpOption();
+  parser.addOption({"json", "Print the same as a JSON object."});
+  parser.addPositionalArgument("op", "The operator: ns::name or ns::name.overload.", "OP");
+  QTextStream out(stdout);
+  QTextStream err(stderr);
+  if (int rc = parseOrExit(parser, args, out, err); rc >= 0) return rc;
+  if (parser.positionalArguments().size() != 1) {
+    err << args.first() << ": expected exactly one OP\n" << helpText(parser, args.first());
+    return kExitUsage;
+  }
+  try {
+    const OperatorName name = parseOperatorName(parser.positionalArguments().first().toStdString());
+    if (parser.isSet("json")) {
+      STRATA_CHECK(Dispatcher::singleton().findOp(name).has_value(), NotImplemented, "no operator named ", name.str());
+      out << QJsonDocument(opJson(name, true)).toJson(QJsonDocument::Indented);
+    } else {
+      out << q(Dispatcher::singleton().dump(name));
+    }
+    return kExitOk;
+  } catch (const Error& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitInvalidInput;
+  }
+}
+
+int runCallCommand(const QStringList& args) {
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      "Run an operator on literal arguments and print its results.\n\n"
+      "Arguments are read by the type the schema gives them; NAME=VALUE sets one by name:\n"
+      "  ints 3 -1   floats 2.0 1e-3   bools true false   None   strings   lists [1,2]\n"
+      "  dtypes float16 f16   devices cpu meta\n"
+      "  tensors [1,2,3]  [[1,2],[3,4]]:f16  [1.5,2]  ones(2,3)  zeros(4)  randn(3)  rand(2)\n"
+      "          arange(5), with ':' modifiers: a dtype, a device, requires_grad\n"
+      "          (ones(2,3):meta, randn(3):f64:requires_grad)\n"
+      "  tensor lists [ones(2),[1,2]]\n"
+      "Options may come anywhere; negative numbers are arguments, not options.");
+  parser.addHelpOption();
+  parser.addOption({"explain", "Also say why each layer ran: the keys each argument contributed, the TLS sets, "
+                               "the final key set, and every kernel chosen, with its owner."});
+  parser.addOption({"seed", "Seed of randn/rand (default 0).", "N", "0"});
+  parser.addPositionalArgument("op", "The operator: ns::name or ns::name.overload.", "OP");
+  parser.addPositionalArgument("args", "Its arguments.", "[ARG...]");
+  QTextStream out(stdout);
+  QTextStream err(stderr);
+  // Pull our options out by hand: QCommandLineParser would take "-1" for an option.
+  QStringList options{args.first()};
+  QStringList positional;
+  bool only_positional = false;
+  for (qsizetype i = 1; i < args.size(); ++i) {
+    const QString& a = args[i];
+    const bool number = a.size() > 1 && a[0] == '-' && (a[1].isDigit() || a[1] == '.' || a.startsWith("-inf"));
+    if (only_positional || !a.startsWith('-') || number) {
+      positional << a;
+    } else if (a == "--") {
+      only_positional = true;
+    } else {
+      options << a;
+      if ((a == "--seed" || a == "-seed") && i + 1 < args.size()) options << args[++i];
+    }
+  }
+  if (int rc = parseOrExit(parser, options, out, err); rc >= 0) return rc;
+  if (positional.isEmpty()) {
+    err << args.first() << ": expected an OP\n" << helpText(parser, args.first());
+    return kExitUsage;
+  }
+  bool seed_ok = false;
+  const qulonglong seed = parser.value("seed").toULongLong(&seed_ok);
+  if (!seed_ok) {
+    err << args.first() << ": --seed expects a non-negative integer, got '" << parser.value("seed") << "'\n";
+    return kExitUsage;
+  }
+  try {
+    const std::string op_text = positional.first().toStdString();
+    const QStringList words = positional.mid(1);
+    // "ns::name" with no default overload: the first overload the arguments fit,
+    // as PyTorch's Python bindings pick one.
+    std::vector<OperatorHandle> candidates;
+    const OperatorName wanted = parseOperatorName(op_text);
+    if (auto h = Dispatcher::singleton().findSchema(wanted)) candidates.push_back(*h);
+    if (wanted.overload_name.empty()) {  // the default overload first, then the others by name
+      for (const OperatorName& n : Dispatcher::singleton().operatorNames()) {
+        if (n.name != wanted.name || n.overload_name.empty()) continue;
+        if (auto h = Dispatcher::singleton().findSchema(n)) candidates.push_back(*h);
+      }
+    }
+    if (candidates.empty()) Dispatcher::singleton().findSchemaOrThrow(op_text);  // throws the right error
+    std::optional<OperatorHandle> chosen;
+    Stack stack;
+    std::string first_error;
+    for (const OperatorHandle& candidate : candidates) {
+      try {
+        stack = bindArguments(candidate.schema(), words, seed);
+        chosen = candidate;
+        break;
+      } catch (const Error& e) {
+        if (candidates.size() == 1) first_error = e.what();
+        else first_error += "\n  " + candidate.schema().str() + ": " + e.what();
+      }
+    }
+    STRATA_CHECK(chosen.has_value(), Value,
+                 candidates.size() == 1 ? first_error : "no overload of " + wanted.name + " takes these arguments:" + first_error);
+    const OperatorHandle op = *chosen;
+    if (parser.isSet("explain")) {
+      const Explanation ex = explain(op, std::move(stack));
+      out << q(ex.str());
+      stack = ex.results;
+      out << "result:\n";
+    } else {
+      op.callBoxed(stack);
+    }
+    for (const IValue& v : stack) out << q(v.isTensor() ? v.toTensor().str() : v.repr()) << "\n";
+    return kExitOk;
+  } catch (const Error& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitInvalidInput;
+  }
+}
+
+}  // namespace strata::host
