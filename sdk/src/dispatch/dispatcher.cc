@@ -18,7 +18,7 @@ namespace strata {
 namespace detail {
 thread_local RawLocalDispatchKeySet tls_local_dispatch_key_set;
 std::atomic<int> g_dispatch_observers{0};
-void registerBuiltins();  // builtin_library.cc
+void registerBuiltins(std::vector<std::unique_ptr<Library>>& keep);  // builtin_library.cc
 }  // namespace detail
 
 // Note [Publishing dispatch table slots]
@@ -291,6 +291,7 @@ struct Dispatcher::Impl {
   std::vector<std::shared_ptr<KernelRecord>> retired;
   std::unordered_map<const KernelRecord*, bool> published;  // records ever stored in a slot
   uint64_t next_id = 1;
+  std::vector<std::unique_ptr<Library>> builtins;  // owner "builtin"; see registerBuiltins
 
   OperatorEntry& entry(const OperatorName& name) {
     auto& slot = ops[name.str()];
@@ -468,7 +469,7 @@ Dispatcher& Dispatcher::singleton() {
       struct Reset {
         ~Reset() { initializing = false; }
       } reset;
-      detail::registerBuiltins();
+      detail::registerBuiltins(d->impl_->builtins);
     });
   }
   return *d;
@@ -924,7 +925,7 @@ namespace {
 // Owners.
 
 namespace {
-thread_local std::string* tls_owner = nullptr;
+thread_local std::optional<std::string> tls_owner;
 const std::string& defaultOwner() {
   static const std::string* s = new std::string("user");
   return *s;
@@ -932,11 +933,11 @@ const std::string& defaultOwner() {
 }  // namespace
 
 RegistrationOwnerGuard::RegistrationOwnerGuard(std::string owner) {
-  if (tls_owner == nullptr) tls_owner = new std::string(defaultOwner());
+  if (!tls_owner) tls_owner.emplace(defaultOwner());
   saved_ = std::exchange(*tls_owner, std::move(owner));
 }
 RegistrationOwnerGuard::~RegistrationOwnerGuard() { *tls_owner = std::move(saved_); }
-const std::string& RegistrationOwnerGuard::current() { return tls_owner != nullptr ? *tls_owner : defaultOwner(); }
+const std::string& RegistrationOwnerGuard::current() { return tls_owner ? *tls_owner : defaultOwner(); }
 
 // ---------------------------------------------------------------------------
 // KernelHandle.
