@@ -172,12 +172,10 @@ struct UnboxedWrapper {
       callUnboxed(k, ks, unboxArg<P>(base[I])...);
       stack.resize(stack.size() - N);
     } else {
-      // Box the results before dropping the arguments: R may refer into them.
-      Stack results;
-      results.reserve(numReturns<R>());
-      pushReturn(results, callUnboxed(k, ks, unboxArg<P>(base[I])...));
+      // Hold the result by value before dropping the arguments: R may refer into them.
+      std::remove_cvref_t<R> result = callUnboxed(k, ks, unboxArg<P>(base[I])...);
       stack.resize(stack.size() - N);
-      for (IValue& r : results) stack.push_back(std::move(r));
+      pushReturn(stack, std::move(result));
     }
   }
 
