@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -20,7 +21,8 @@ struct Result {
 
 // Runs `strata ARGS` with stdin from a file holding input; stderr joins stdout.
 Result run(const std::string& args, const std::string& input = "") {
-  const std::string in_path = ::testing::TempDir() + "/strata_cli_stdin.txt";
+  // One file per test process: ctest -j runs tests of this binary side by side.
+  const std::string in_path = ::testing::TempDir() + "/strata_cli_stdin." + std::to_string(::getpid()) + ".txt";
   std::ofstream(in_path) << input;
   const std::string cmd = std::string(STRATA_CLI) + " " + args + " < " + in_path + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
