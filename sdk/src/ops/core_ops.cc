@@ -621,7 +621,8 @@ void registerCoreLibrary(Library& m) {
   implBackends(m, "empty_like", &empty_like_kernel);
   implBackends(m, "clone", &clone_kernel);
   implBackends(m, "copy_", &copy_kernel);
-  implBackends(m, "to.dtype", &to_dtype_kernel);
+  m.impl("to.dtype", &to_dtype_kernel, DispatchKey::CPU);  // CUDA: a cast kernel (core_cuda.cc)
+  m.impl("to.dtype", &to_dtype_kernel, DispatchKey::Meta);
   implBackends(m, "contiguous", &contiguous_kernel);
   implBackends(m, "t", &t_kernel);
   implBackends(m, "transpose.int", &transpose_kernel);
