@@ -156,6 +156,10 @@ TEST(Seeds, AWildcardFallbackHandlesEveryOpGenerically) {
   EXPECT_EQ(s2.at(0).toInt(), 42);
   EXPECT_EQ(op("seed_fb_b::g").typed<int64_t(const Tensor&, int64_t)>().call(ones({1}), 5), 10);
   EXPECT_EQ(calls, 3);
+  // A kernel of the op's own at the key outranks the fallback.
+  a.impl("f", [](const Tensor&) { return tagged(9); }, DispatchKey::PrivateUse1);
+  EXPECT_EQ(tagOf(op("seed_fb_a::f").typed<Unary>().call(ones({1}))), 9);
+  EXPECT_EQ(calls, 3);
 }
 
 // ---------------------------------------------------------------------------

@@ -20,11 +20,11 @@ struct Result {
 };
 
 // Runs `strata ARGS` with stdin from a file holding input; stderr joins stdout.
-Result run(const std::string& args, const std::string& input = "") {
+Result run(const std::string& args, const std::string& input = "", const std::string& env = "") {
   // One file per test process: ctest -j runs tests of this binary side by side.
   const std::string in_path = ::testing::TempDir() + "/strata_cli_stdin." + std::to_string(::getpid()) + ".txt";
   std::ofstream(in_path) << input;
-  const std::string cmd = std::string(STRATA_CLI) + " " + args + " < " + in_path + " 2>&1";
+  const std::string cmd = (env.empty() ? "" : env + " ") + std::string(STRATA_CLI) + " " + args + " < " + in_path + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
@@ -224,4 +224,11 @@ TEST(CliCallTest, BadArgumentsAreClearErrors) {
   EXPECT_THAT(r.out, HasSubstr("no operator named nope::x"));
   EXPECT_EQ(run("call").status, 2);
   EXPECT_EQ(run("call core::sin 'ones(2)' --seed x").status, 2);
+}
+
+TEST(CliCallTest, TheTraceSwitchLogsEveryDispatchStep) {
+  const Result r = run("call core::add 'ones(2)' '[1.,2.]'", "", "STRATA_DISPATCH_TRACE=1");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("[strata dispatch] call core::add.Tensor (boxed)  keys=DispatchKeySet(CPU) -> CPU: kernel"));
+  EXPECT_THAT(run("call core::add 'ones(2)' '[1.,2.]'").out, ::testing::Not(HasSubstr("[strata dispatch]")));
 }
