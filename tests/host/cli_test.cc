@@ -232,3 +232,17 @@ TEST(CliCallTest, TheTraceSwitchLogsEveryDispatchStep) {
   EXPECT_THAT(r.out, HasSubstr("[strata dispatch] call core::add.Tensor (boxed)  keys=DispatchKeySet(CPU) -> CPU: kernel"));
   EXPECT_THAT(run("call core::add 'ones(2)' '[1.,2.]'").out, ::testing::Not(HasSubstr("[strata dispatch]")));
 }
+
+TEST(CliCallTest, GarbageArgumentsNeverCrash) {
+  for (const char* a : {"'['", "']'", "'[[[[[['", "'ones('", "'ones(-1)'", "'ones(99999999999999999999)'", "'[1,,2]'",
+                        "'[1e999]'", "'randn(2):'", "'::'", "'[true,1.5]'", "'arange(1,2,3)'", "'[]:meta'",
+                        "'ones(2):cuda:x'", "'\x01\x02'", "'[[1],[2,3]]'", "'%s%s%n'"}) {
+    const Result r = run(std::string("call core::sin ") + a);
+    EXPECT_TRUE(r.status == 0 || r.status == 1) << a << ": " << r.out;
+    if (r.status == 1) EXPECT_THAT(r.out, StartsWith("error: ")) << a;
+  }
+  for (const char* a : {"'x=1'", "'=1'", "'alpha='", "'--'", "'-'"}) {
+    const Result r = run(std::string("call core::add 'ones(1)' 'ones(1)' ") + a);
+    EXPECT_TRUE(r.status == 0 || r.status == 1 || r.status == 2) << a << ": " << r.out;
+  }
+}
