@@ -683,3 +683,27 @@ STRATA_LIBRARY(static_bad, m) {
   m.def("ok(Tensor x) -> Tensor");
   m.def("ok(Tensor x) -> Tensor");  // duplicate: throws
 }
+
+// The macros, as a user writes them at namespace scope.
+STRATA_LIBRARY(macro_ns, m) { m.def("twice(Tensor x) -> Tensor"); }
+STRATA_LIBRARY_IMPL(macro_ns, CPU, m) {
+  m.impl("twice", [](const strata::Tensor& x) { return strata::full({1}, x.item().toDouble() * 2); });
+}
+STRATA_LIBRARY_IMPL(macro_ns, Meta, m) {
+  m.impl("twice", [](const strata::Tensor& x) { return strata::empty(x.sizes(), strata::kMeta); });
+}
+STRATA_LIBRARY_FRAGMENT(macro_frag, m) { m.def("one() -> int", [] { return int64_t{1}; }); }
+STRATA_LIBRARY_FRAGMENT(macro_frag, m) { m.def("two() -> int", [] { return int64_t{2}; }); }
+
+namespace strata {
+namespace {
+TEST(Macros, RegisterAtStaticInitialization) {
+  const auto twice = op("macro_ns::twice").typed<Unary>();
+  EXPECT_EQ(tagOf(twice.call(tagged(21))), 42);
+  EXPECT_TRUE(twice.call(empty({1}, kMeta)).is_meta());
+  EXPECT_EQ(op("macro_frag::one").typed<int64_t()>().call() + op("macro_frag::two").typed<int64_t()>().call(), 3);
+  EXPECT_THAT(Dispatcher::singleton().registrations(parseOperatorName("macro_ns::twice"))[1].debug,
+              HasSubstr("dispatcher_test.cc:"));
+}
+}  // namespace
+}  // namespace strata
