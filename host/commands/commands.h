@@ -6,6 +6,7 @@
 #include <QCommandLineParser>
 #include <QCoreApplication>
 #include <QStringList>
+#include <QTextStream>
 
 namespace strata::host {
 
@@ -21,6 +22,20 @@ inline QString helpText(const QCommandLineParser& parser, const QString& command
   const qsizetype end = help.indexOf(' ', usage.size());
   if (help.startsWith(usage) && end > 0) help.replace(usage.size(), end - usage.size(), command);
   return help;
+}
+
+// Parses args; prints the help (exit 0) or the error and the help (exit 2) when
+// that is all there is to do. Returns -1 when the command should go on.
+inline int parseOrExit(QCommandLineParser& parser, const QStringList& args) {
+  if (!parser.parse(args)) {
+    QTextStream(stderr) << args.first() << ": " << parser.errorText() << "\n" << helpText(parser, args.first());
+    return kExitUsage;
+  }
+  if (parser.isSet("help")) {
+    QTextStream(stdout) << helpText(parser, args.first());
+    return kExitOk;
+  }
+  return -1;
 }
 
 int runSchemaCommand(const QStringList& args);

@@ -29,14 +29,7 @@ int runDemoCommand(const QStringList& args) {
   parser.setApplicationDescription("Show the SDK's values: tensors, DLPack, IValues and schemas.");
   parser.addHelpOption();
   QTextStream out(stdout);
-  if (!parser.parse(args)) {
-    QTextStream(stderr) << args.first() << ": " << parser.errorText() << "\n" << helpText(parser, args.first());
-    return kExitUsage;
-  }
-  if (parser.isSet("help")) {
-    out << helpText(parser, args.first());
-    return kExitOk;
-  }
+  if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
   auto line = [&out](const std::string& s) { out << QString::fromStdString(s) << "\n"; };
 
   line("== Tensors");

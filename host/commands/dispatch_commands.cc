@@ -55,20 +55,6 @@ QJsonObject opJson(const OperatorName& name, bool with_table) {
   return o;
 }
 
-// Parses the command line with QCommandLineParser; returns -1 to go on, else an exit code.
-int parseOrExit(QCommandLineParser& parser, const QStringList& args, QTextStream& out, QTextStream& err) {
-  if (!parser.parse(args)) {
-    err << args.first() << ": " << parser.errorText() << "\n" << helpText(parser, args.first());
-    return kExitUsage;
-  }
-  if (parser.isSet("help")) {
-    out << helpText(parser, args.first());
-    return kExitOk;
-  }
-  return -1;
-}
-
-
 // The stack for schema from command-line words (positional, then NAME=VALUE).
 Stack bindArguments(const FunctionSchema& schema, const QStringList& words, uint64_t seed) {
   const auto& params = schema.arguments();
@@ -125,7 +111,7 @@ int runOpsCommand(const QStringList& args) {
   parser.addPositionalArgument("pattern", "A substring of the operator names to show.", "[PATTERN]");
   QTextStream out(stdout);
   QTextStream err(stderr);
-  if (int rc = parseOrExit(parser, args, out, err); rc >= 0) return rc;
+  if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
   const QStringList pos = parser.positionalArguments();
   if (pos.size() > 1) {
     err << args.first() << ": at most one PATTERN\n";
@@ -158,7 +144,7 @@ int runDumpCommand(const QStringList& args) {
   parser.addPositionalArgument("op", "The operator: ns::name or ns::name.overload.", "OP");
   QTextStream out(stdout);
   QTextStream err(stderr);
-  if (int rc = parseOrExit(parser, args, out, err); rc >= 0) return rc;
+  if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
   if (parser.positionalArguments().size() != 1) {
     err << args.first() << ": expected exactly one OP\n" << helpText(parser, args.first());
     return kExitUsage;
@@ -214,7 +200,7 @@ int runCallCommand(const QStringList& args) {
       if ((a == "--seed" || a == "-seed") && i + 1 < args.size()) options << args[++i];
     }
   }
-  if (int rc = parseOrExit(parser, options, out, err); rc >= 0) return rc;
+  if (int rc = parseOrExit(parser, options); rc >= 0) return rc;
   if (positional.isEmpty()) {
     err << args.first() << ": expected an OP\n" << helpText(parser, args.first());
     return kExitUsage;

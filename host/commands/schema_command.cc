@@ -57,14 +57,7 @@ int runSchemaCommand(const QStringList& args) {
                                "[SCHEMA...]");
   QTextStream out(stdout);
   QTextStream err(stderr);
-  if (!parser.parse(args)) {
-    err << args.first() << ": " << parser.errorText() << "\n" << helpText(parser, args.first());
-    return kExitUsage;
-  }
-  if (parser.isSet("help")) {
-    out << helpText(parser, args.first());
-    return kExitOk;
-  }
+  if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
   const bool json = parser.isSet("json");
   bool all_valid = true;
   const QStringList inputs = parser.positionalArguments();

@@ -56,6 +56,18 @@ void forEachOffset(IntArrayRef sizes, IntArrayRef strides_a, IntArrayRef strides
 size_t requiredStorageBytes(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset,
                             size_t element_size);
 
+// A view of t broadcast to shape (stride 0 in the broadcast and the new leading
+// dims). REQUIRES: t's sizes broadcast to shape (ops::broadcastShapes checks it).
+inline Tensor broadcastTo(const Tensor& t, IntArrayRef shape) {
+  const size_t n = shape.size();
+  const size_t lead = n - static_cast<size_t>(t.dim());
+  std::vector<int64_t> strides(n, 0);
+  for (size_t i = 0; i < static_cast<size_t>(t.dim()); ++i) {
+    strides[lead + i] = t.sizes()[i] == 1 && shape[lead + i] != 1 ? 0 : t.strides()[i];
+  }
+  return t.as_strided(shape, strides);
+}
+
 // Converts one element between C++ element types (Half/BFloat16 through float).
 template <typename D, typename S>
 inline D convertElement(S v) {

@@ -6,21 +6,14 @@
 #include <cmath>
 
 #include "strata/strata.h"
+#include "test_util.h"
 
 namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
 
-template <typename F>
-std::string errorOf(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using strata::testing::errorOf;
 
 Tensor fv(std::vector<float> v, std::vector<int64_t> shape = {}) {
   if (shape.empty()) shape = {static_cast<int64_t>(v.size())};

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "strata/strata.h"
+#include "test_util.h"
 
 namespace strata {
 namespace {
@@ -15,16 +16,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// Runs f and returns the message of the strata::Error it throws ("" if none).
-template <typename F>
-std::string errorOf(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using strata::testing::errorOf;
 
 using Unary = Tensor(const Tensor&);
 OperatorHandle op(const std::string& name, const std::string& overload = "") {

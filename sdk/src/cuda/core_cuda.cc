@@ -7,6 +7,7 @@
 
 #include "cuda/elementwise.h"
 #include "strata/ops.h"
+#include "tensor_internal.h"
 
 namespace strata::cuda {
 
@@ -54,23 +55,14 @@ Tensor cast(const Tensor& src, ScalarType dtype) {
   return out;
 }
 
-Tensor expandTo(const Tensor& t, IntArrayRef shape) {
-  const size_t n = shape.size();
-  const size_t lead = n - static_cast<size_t>(t.dim());
-  std::vector<int64_t> strides(n, 0);
-  for (size_t i = 0; i < static_cast<size_t>(t.dim()); ++i) {
-    strides[lead + i] = t.sizes()[i] == 1 && shape[lead + i] != 1 ? 0 : t.strides()[i];
-  }
-  return t.as_strided(shape, strides);
-}
 
 Tensor binary(BinaryOp op, const char* name, const Tensor& a, const Tensor& b, ScalarType out_dtype, double alpha) {
   STRATA_CHECK(a.device() == b.device(), Device, name, ": expected all tensors to be on the same device, but found ",
                a.device().str(), " and ", b.device().str());
   const std::vector<int64_t> shape = ops::broadcastShapes(a.sizes(), b.sizes());
   const ScalarType ct = computeType(out_dtype);
-  const Tensor ca = cast(expandTo(a, shape).contiguous(), ct);
-  const Tensor cb = cast(expandTo(b, shape).contiguous(), ct);
+  const Tensor ca = cast(detail::broadcastTo(a, shape).contiguous(), ct);
+  const Tensor cb = cast(detail::broadcastTo(b, shape).contiguous(), ct);
   Tensor out = empty(shape, TensorOptions(ct).with_device(a.device()));
   if (out.numel() > 0) {
     check(detail::cuda::launchBinary(op, dtypeOf(ct), ca.data_ptr(), cb.data_ptr(), out.data_ptr(), out.numel(), alpha),

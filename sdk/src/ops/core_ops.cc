@@ -89,16 +89,6 @@ void checkSameDevice(const char* op, const Tensor& a, const Tensor& b) {
                a.device().str(), " and ", b.device().str());
 }
 
-// A view of t broadcast to shape (stride 0 in the broadcast dims).
-Tensor expandTo(const Tensor& t, IntArrayRef shape) {
-  const size_t n = shape.size();
-  const size_t lead = n - static_cast<size_t>(t.dim());
-  std::vector<int64_t> strides(n, 0);
-  for (size_t i = 0; i < static_cast<size_t>(t.dim()); ++i) {
-    strides[lead + i] = t.sizes()[i] == 1 && shape[lead + i] != 1 ? 0 : t.strides()[i];
-  }
-  return t.as_strided(shape, strides);
-}
 
 // t as a contiguous tensor of dtype (a copy unless it already is one).
 Tensor contiguousAs(const Tensor& t, ScalarType dtype) { return t.to(dtype).contiguous(); }
@@ -113,8 +103,8 @@ Tensor binaryKernel(const char* name, const Tensor& a, const Tensor& b, ScalarTy
   const std::vector<int64_t> shape = ops::broadcastShapes(a.sizes(), b.sizes());
   Tensor out = empty(shape, like(a, out_dtype));
   if (!compute || out.numel() == 0) return out;
-  const Tensor ca = contiguousAs(expandTo(a, shape), out_dtype);
-  const Tensor cb = contiguousAs(expandTo(b, shape), out_dtype);
+  const Tensor ca = contiguousAs(detail::broadcastTo(a, shape), out_dtype);
+  const Tensor cb = contiguousAs(detail::broadcastTo(b, shape), out_dtype);
   STRATA_DISPATCH_ALL_TYPES(out_dtype, name, [&] {
     const scalar_t* pa = ca.data_ptr<scalar_t>();
     const scalar_t* pb = cb.data_ptr<scalar_t>();
@@ -345,8 +335,8 @@ Tensor matmul_kernel(const Tensor& a, const Tensor& b) {
   ashape.insert(ashape.end(), {n, k});
   bshape.insert(bshape.end(), {k, m});
   const ScalarType acc = isFloatingType(dt) ? ScalarType::Double : ScalarType::Long;
-  const Tensor ca = contiguousAs(expandTo(a2, ashape), acc);
-  const Tensor cb = contiguousAs(expandTo(b2, bshape), acc);
+  const Tensor ca = contiguousAs(detail::broadcastTo(a2, ashape), acc);
+  const Tensor cb = contiguousAs(detail::broadcastTo(b2, bshape), acc);
   Tensor out = empty(full_shape, like(a, acc));
   dispatchAcc(acc, [&]<typename scalar_t>() {
     const scalar_t* pa = ca.data_ptr<scalar_t>();
@@ -485,7 +475,7 @@ Tensor& copy_kernel(Tensor& self, const Tensor& src, bool /*non_blocking*/) {
   STRATA_CHECK(std::equal(shape.begin(), shape.end(), self.sizes().begin(), self.sizes().end()), Value,
                "core::copy_: the source of shape ", shapeStr(src.sizes()),
                " cannot be broadcast to the destination's shape ", shapeStr(self.sizes()));
-  self.copy_(expandTo(src, self.sizes()));
+  self.copy_(detail::broadcastTo(src, self.sizes()));
   return self;
 }
 Tensor to_dtype_kernel(const Tensor& a, ScalarType dtype, bool /*non_blocking*/, bool copy) {
@@ -500,8 +490,8 @@ Tensor empty_like_kernel(const Tensor& a, std::optional<ScalarType> dtype, std::
 bool allclose_cpu(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
   checkSameDevice("core::allclose", a, b);
   const std::vector<int64_t> shape = ops::broadcastShapes(a.sizes(), b.sizes());
-  const Tensor ca = contiguousAs(expandTo(a, shape), ScalarType::Double);
-  const Tensor cb = contiguousAs(expandTo(b, shape), ScalarType::Double);
+  const Tensor ca = contiguousAs(detail::broadcastTo(a, shape), ScalarType::Double);
+  const Tensor cb = contiguousAs(detail::broadcastTo(b, shape), ScalarType::Double);
   const double* pa = ca.data_ptr<double>();
   const double* pb = cb.data_ptr<double>();
   for (int64_t i = 0, n = ca.numel(); i < n; ++i) {
