@@ -7,9 +7,7 @@
 
 #include "call_args.h"
 #include "commands/commands.h"
-#include "schema_json.h"
 #include "strata/dispatcher.h"
-#include "strata/library.h"
 
 namespace strata::host {
 

@@ -81,7 +81,6 @@ decltype(auto) unboxArg(IValue& v) {
   using D = std::remove_cvref_t<P>;
   if constexpr (std::is_same_v<D, Tensor>) {
     if constexpr (kIsMutableTensorRef<P>) {
-      (void)v.toTensor();  // type check
       // The stack owns this handle for the call; a Tensor& kernel may reseat it.
       return const_cast<Tensor&>(v.toTensor());
     } else {
@@ -95,9 +94,6 @@ decltype(auto) unboxArg(IValue& v) {
     return v.toDoubleList();
   } else if constexpr (std::is_same_v<D, std::vector<Tensor>>) {
     return v.toTensorList();
-  } else if constexpr (std::is_same_v<D, double>) {
-    // Boxed ints are accepted where a float is expected (see Note [Boxed argument checks]).
-    return v.isInt() ? static_cast<double>(v.toInt()) : v.toDouble();
   } else {
     return v.template to<D>();
   }

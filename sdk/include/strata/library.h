@@ -146,6 +146,9 @@ class STRATA_API Library {
     if constexpr (std::is_same_v<std::decay_t<F>, CppFunction>) return std::forward<F>(f).kernel();
     else return KernelFunction::make(std::forward<F>(f));
   }
+  void checkMayDefine(std::source_location where) const;
+  // Registers the def (qualified with this namespace); returns the operator's name.
+  OperatorName defSchema(FunctionSchema schema, std::source_location where);
   Library& defImpl(std::string_view name_or_schema, KernelFunction kernel, std::source_location where);
   Library& implImpl(std::string_view name, KernelFunction kernel, std::optional<DispatchKey> key,
                     ImplOptions options, std::source_location where);

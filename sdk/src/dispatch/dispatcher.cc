@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <mutex>
 #include <sstream>
+#include <set>
 #include <unordered_map>
 
 #include "dispatch/operator_entry.h"
@@ -243,8 +244,7 @@ void OperatorInfo::checkArguments(Stack& stack) const {
   const auto& args = schema.arguments();
   const size_t n = args.size();
   if (__builtin_expect(stack.size() > n && !schema.is_vararg(), 0)) {
-    STRATA_FAIL(Type, schema.name(), schema.overload_name().empty() ? "" : ".", schema.overload_name(),
-                ": expected at most ", n, " argument", n == 1 ? "" : "s", ", got ", stack.size());
+    STRATA_FAIL(Type, schema.operator_name().str(), ": expected at most ", n, " argument", n == 1 ? "" : "s", ", got ", stack.size());
   }
   for (size_t i = stack.size(); i < n; ++i) {
     STRATA_CHECK(args[i].default_value.has_value(), Type, schema.operator_name().str(), ": missing argument '",
@@ -261,21 +261,21 @@ void OperatorInfo::checkArguments(Stack& stack) const {
   }
 }
 
-DispatchKeySet OperatorInfo::argumentKeys(const Stack& stack) const {
+DispatchKeySet OperatorInfo::keysOfValue(const IValue& v) {
+  if (v.isTensor()) return detail::keysOf(v.toTensor());
+  if (v.isTensorList()) return detail::keysOf(v.toTensorList());
   DispatchKeySet ks;
-  const size_t base = stack.size() - schema.arguments().size();
-  for (size_t i : tensor_args) {
-    const IValue& v = stack[base + i];
-    if (v.isTensor()) {
-      ks = ks | detail::keysOf(v.toTensor());
-    } else if (v.isTensorList()) {
-      ks = ks | detail::keysOf(v.toTensorList());
-    } else if (v.isGenericList()) {
-      for (const IValue& x : v.toList()) {
-        if (x.isTensor()) ks = ks | detail::keysOf(x.toTensor());
-      }
+  if (v.isGenericList()) {  // Tensor?[]
+    for (const IValue& x : v.toList()) {
+      if (x.isTensor()) ks = ks | detail::keysOf(x.toTensor());
     }
   }
+  return ks;
+}
+
+DispatchKeySet OperatorInfo::argumentKeys(const Stack& stack) const {
+  DispatchKeySet ks;
+  for (size_t i : tensor_args) ks = ks | keysOfValue(stack[i]);
   return ks;
 }
 
@@ -286,10 +286,9 @@ struct Dispatcher::Impl {
   std::mutex mu;
   std::unordered_map<std::string, std::unique_ptr<OperatorEntry>> ops;  // never erased
   std::array<std::shared_ptr<KernelRecord>, kNumRuntimeKeySlots> fallbacks;
-  std::map<std::pair<std::string, DispatchKey>, bool> disabled;  // (op, key) -> true when disabled
+  std::set<std::pair<std::string, DispatchKey>> disabled;  // (op, key) pairs switched off
   std::map<std::string, std::string> def_libraries;              // ns -> where
   std::vector<std::shared_ptr<KernelRecord>> retired;
-  std::unordered_map<const KernelRecord*, bool> published;  // records ever stored in a slot
   uint64_t next_id = 1;
   std::vector<std::unique_ptr<Library>> builtins;  // owner "builtin"; see registerBuiltins
 
@@ -348,17 +347,17 @@ struct Dispatcher::Impl {
       const auto k = static_cast<DispatchKey>(i);
       SlotState st;
       if (alive && (i == 0 || isRuntimeKey(k))) st = computeSlot(e, k);
+      const bool fallthrough = st.record && st.record->kernel.isFallthrough();
       const KernelFunction* kf = &sharedKernels().missing;
-      if (st.record) {
-        if (st.record->kernel.isFallthrough()) {
-          kf = &sharedKernels().fallthrough;
-        } else {
-          kf = &st.record->kernel;
-          published[st.record.get()] = true;
-        }
+      if (fallthrough) {
+        st.source = "fallthrough";
+        kf = &sharedKernels().fallthrough;
+      } else if (st.record) {
+        kf = &st.record->kernel;
+        st.record->published = true;
       }
       // Only runtime keys have bits; calls never carry the others.
-      if (i != 0 && isRuntimeKey(k) && (!st.record || !st.record->kernel.isFallthrough())) mask |= uint64_t{1} << i;
+      if (i != 0 && isRuntimeKey(k) && !fallthrough) mask |= uint64_t{1} << i;
       e.slot_state[i] = std::move(st);
       e.core.table[i].store(kf, std::memory_order_release);
     }
@@ -371,11 +370,7 @@ struct Dispatcher::Impl {
 
   void retire(std::shared_ptr<KernelRecord> r) {
     r->removed.store(true, std::memory_order_release);
-    auto it = published.find(r.get());
-    if (it != published.end()) {
-      published.erase(it);
-      retired.push_back(std::move(r));
-    }
+    if (r->published) retired.push_back(std::move(r));
     // else: no call can have reached it; freed with the last reference.
   }
 
@@ -388,13 +383,6 @@ struct Dispatcher::Impl {
       }
     }
     return std::nullopt;
-  }
-
-  void onChanged(OperatorEntry& e) {
-    if (!e.alive()) {
-      e.info.store(nullptr, std::memory_order_release);
-    }
-    recompute(e);
   }
 };
 
@@ -446,10 +434,6 @@ void checkKernelAgainstSchema(const OperatorEntry& e, const FunctionSchema& sche
   STRATA_CHECK(diff.empty(), Schema, e.qualified, ": the kernel for ", toString(r.key), " (", r.debug,
                ") does not match the operator's schema: ", diff, ".\n  schema:           ", schema.str(),
                "\n  kernel signature: ", inferred->signatureStr(), "  [C++: ", r.kernel.cppSignature()->name(), "]");
-}
-
-std::string describe(const KernelRecord& r) {
-  return detail::concat(KernelFunction::kindName(r.kernel.kind()), ", owner ", r.owner, ", ", r.debug);
 }
 
 }  // namespace
@@ -531,14 +515,14 @@ RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOp
   e.def = DefRecord{id, options.owner, options.debug};
   e.info_versions.push_back(std::make_unique<OperatorInfo>(std::move(schema)));
   e.info.store(e.info_versions.back().get(), std::memory_order_release);
-  impl_->onChanged(e);
+  impl_->recompute(e);
   OperatorEntry* ep = &e;
   return RegistrationHandleRAII([this, ep, id] {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (!ep->def || ep->def->id != id) return;
     ep->def.reset();
     ep->info.store(nullptr, std::memory_order_release);
-    impl_->onChanged(*ep);
+    impl_->recompute(*ep);
   });
 }
 
@@ -572,7 +556,7 @@ RegistrationHandleRAII Dispatcher::registerImpl(const OperatorName& op, Dispatch
   }
   record->id = impl_->next_id++;
   list.push_front(record);
-  impl_->onChanged(e);
+  impl_->recompute(e);
   OperatorEntry* ep = &e;
   const uint64_t id = record->id;
   return RegistrationHandleRAII([this, ep, key, id] {
@@ -585,7 +569,7 @@ RegistrationHandleRAII Dispatcher::registerImpl(const OperatorName& op, Dispatch
         std::shared_ptr<KernelRecord> gone = std::move(*r);
         l.erase(r);
         if (l.empty()) ep->kernels.erase(it);
-        impl_->onChanged(*ep);
+        impl_->recompute(*ep);
         impl_->retire(std::move(gone));
         return;
       }
@@ -634,8 +618,8 @@ RegistrationHandleRAII Dispatcher::registerLibrary(const std::string& ns, std::s
                 "; please put all of your definitions in a single STRATA_LIBRARY block. If you were trying to "
                 "specify implementations, consider using STRATA_LIBRARY_IMPL (which can be duplicated). If you "
                 "really intended to define operators for a single namespace in a distributed way, you can use "
-                "STRATA_LIBRARY_FRAGMENT to explicitly indicate this. Previous registration of STRATA_LIBRARY was "
-                "registered at ", it->second, "; latest registration was registered at ", debug);
+                "STRATA_LIBRARY_FRAGMENT to explicitly indicate this. Previous STRATA_LIBRARY: ", it->second,
+                "; latest: ", debug);
   }
   impl_->def_libraries.emplace(ns, std::move(debug));
   return RegistrationHandleRAII([this, ns] {
@@ -650,7 +634,7 @@ bool Dispatcher::setKernelEnabled(const OperatorName& op, DispatchKey key, bool 
   const std::pair<std::string, DispatchKey> k{op.str(), key};
   const bool previous = impl_->disabled.count(k) == 0;
   if (enabled) impl_->disabled.erase(k);
-  else impl_->disabled[k] = true;
+  else impl_->disabled.insert(k);
   if (previous != enabled) {
     if (OperatorEntry* e = impl_->find(op)) impl_->recompute(*e);
   }
@@ -714,8 +698,7 @@ namespace {
 SlotInfo toSlotInfo(DispatchKey key, const SlotState& st) {
   SlotInfo s;
   s.key = key;
-  if (st.record && st.record->kernel.isFallthrough()) s.source = "fallthrough";
-  else s.source = st.source;
+  s.source = st.source;
   if (st.record) {
     s.registered_at = st.record->key;
     s.kind = KernelFunction::kindName(st.record->kernel.kind());
@@ -759,7 +742,7 @@ std::string Dispatcher::dump(const OperatorName& op) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     bool any = false;
-    for (const auto& [k, v] : impl_->disabled) {
+    for (const auto& k : impl_->disabled) {
       if (k.first != op.str()) continue;
       if (!any) os << "\nkernel state:\n";
       any = true;

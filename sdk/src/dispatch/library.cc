@@ -105,9 +105,17 @@ OperatorName Library::qualify(std::string_view name, const char* what) const {
 }
 
 Library& Library::def(std::string_view schema_text, std::source_location loc) & {
+  checkMayDefine(loc);
+  defSchema(parseSchema(schema_text, SchemaParseOptions{.allow_typevars = false}), loc);
+  return *this;
+}
+
+void Library::checkMayDefine(std::source_location loc) const {
   STRATA_CHECK(kind_ != IMPL, Value, "Cannot define an operator inside of a ", macroOf(kind_), " block (",
                where(loc), "). All def()s should be placed in the (unique) STRATA_LIBRARY block for their namespace.");
-  FunctionSchema schema = parseSchema(schema_text, SchemaParseOptions{.allow_typevars = false});
+}
+
+OperatorName Library::defSchema(FunctionSchema schema, std::source_location loc) {
   if (schema.ns().empty()) {
     schema = FunctionSchema(ns_ + "::" + schema.name(), schema.overload_name(), schema.arguments(), schema.returns(),
                             schema.is_vararg(), schema.is_varret());
@@ -118,35 +126,26 @@ Library& Library::def(std::string_view schema_text, std::source_location loc) & 
                  "(and consider deleting the namespace from your schema string.) (",
                  where(loc), ")");
   }
+  OperatorName name = schema.operator_name();
   registrations_.push_back(
       Dispatcher::singleton().registerDef(std::move(schema), {owner_, where(loc), allow_override_}));
-  return *this;
+  return name;
 }
 
 Library& Library::defImpl(std::string_view name_or_schema, KernelFunction kernel, std::source_location loc) {
-  STRATA_CHECK(kind_ != IMPL, Value, "Cannot define an operator inside of a ", macroOf(kind_), " block (",
-               where(loc), "). All def()s should be placed in the (unique) STRATA_LIBRARY block for their namespace.");
+  checkMayDefine(loc);
   auto parsed = parseSchemaOrName(name_or_schema, SchemaParseOptions{.allow_typevars = false});
-  std::string schema_text;
-  OperatorName name;
   if (auto* n = std::get_if<OperatorName>(&parsed)) {
     const auto inferred = kernel.inferredSchema();
     STRATA_CHECK(inferred.has_value(), Schema, "def(\"", name_or_schema, "\", fn) (", where(loc),
                  "): a schema cannot be inferred from a boxed kernel; give def() the full schema");
-    name = *n;
-    const std::string qualified = name.name.find("::") == std::string::npos ? ns_ + "::" + name.name : name.name;
-    schema_text = qualified + (name.overload_name.empty() ? "" : "." + name.overload_name) + inferred->signatureStr();
-  } else {
-    schema_text = std::string(name_or_schema);
+    parsed = FunctionSchema(n->name, n->overload_name, inferred->arguments(), inferred->returns());
   }
   // def, then impl; if the impl is refused, the def is undone with it.
   const size_t before = registrations_.size();
-  def(schema_text, loc);
+  const OperatorName op = defSchema(std::get<FunctionSchema>(std::move(parsed)), loc);
   try {
-    const FunctionSchema schema = parseSchema(schema_text, SchemaParseOptions{.allow_typevars = false});
-    std::string op = schema.name();
-    if (!schema.overload_name().empty()) op += "." + schema.overload_name();
-    implImpl(op, std::move(kernel), key_, ImplOptions{}, loc);
+    implImpl(op.str(), std::move(kernel), key_, ImplOptions{}, loc);
   } catch (...) {
     while (registrations_.size() > before) registrations_.pop_back();
     throw;

@@ -23,6 +23,7 @@ struct KernelRecord {
   std::string owner;
   std::string debug;
   std::atomic<bool> removed{false};
+  bool published = false;  // ever stored in a table slot (guarded by the dispatcher's mutex)
 };
 
 // How a boxed argument is checked: the tag that passes at once, else a full check.
@@ -40,9 +41,13 @@ struct OperatorInfo {
   std::vector<ArgCheck> checks;
   explicit OperatorInfo(FunctionSchema s);
 
-  // Fills defaults and checks types; see Note [Boxed argument checks].
+  // Fills defaults and checks types; see Note [Boxed argument checks]. The stack
+  // holds this call's arguments and nothing else.
   void checkArguments(Stack& stack) const;
+  // The keys the tensor-like arguments on a checked stack contribute.
   DispatchKeySet argumentKeys(const Stack& stack) const;
+  // The keys one boxed value contributes (Tensor, Tensor[], Tensor?[]; else none).
+  static DispatchKeySet keysOfValue(const IValue& v);
 };
 
 struct DefRecord {

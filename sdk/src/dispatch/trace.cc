@@ -115,13 +115,7 @@ Explanation explain(const OperatorHandle& op, Stack stack) {
   const OperatorInfo* info = op.entry_->info.load(std::memory_order_acquire);
   info->checkArguments(stack);
   for (size_t i : info->tensor_args) {
-    DispatchKeySet ks;
-    const IValue& v = stack[i];
-    if (v.isTensor()) ks = detail::keysOf(v.toTensor());
-    else if (v.isTensorList()) ks = detail::keysOf(v.toTensorList());
-    else if (v.isGenericList())
-      for (const IValue& x : v.toList()) ks = ks | (x.isTensor() ? detail::keysOf(x.toTensor()) : DispatchKeySet());
-    ex.arguments.push_back({schema.arguments()[i].name, ks});
+    ex.arguments.push_back({schema.arguments()[i].name, OperatorInfo::keysOfValue(stack[i])});
   }
   const LocalDispatchKeySet tls = tls_local_dispatch_key_set();
   ex.tls_included = tls.included;

@@ -119,7 +119,6 @@ Tensor binaryKernel(const char* name, const Tensor& a, const Tensor& b, ScalarTy
 
 template <typename F>
 Tensor unaryKernel(const char* name, const Tensor& a, ScalarType out_dtype, bool compute, F f) {
-  (void)name;
   Tensor out = empty(a.sizes(), like(a, out_dtype));
   if (!compute || out.numel() == 0) return out;
   const Tensor ca = contiguousAs(a, out_dtype);
