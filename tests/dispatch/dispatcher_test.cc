@@ -25,6 +25,14 @@ OperatorHandle op(const std::string& name, const std::string& overload = "") {
 // A tensor whose single value tells which kernel made it.
 Tensor tagged(double v) { return full({1}, v); }
 double tagOf(const Tensor& t) { return t.item().toDouble(); }
+// Why op's table slot for key holds what it holds ("kernel", "fallthrough", ...).
+std::string slotSource(const std::string& name, DispatchKey key) {
+  for (const SlotInfo& s : Dispatcher::singleton().computedTable(parseOperatorName(name))) {
+    if (s.key == key) return s.source;
+  }
+  ADD_FAILURE() << name << " has no table slot for " << toString(key);
+  return "";
+}
 
 // ---------------------------------------------------------------------------
 // Keys.
@@ -183,11 +191,8 @@ TEST(Precedence, CompositeExplicitBeatsCompositeImplicitOnBackends) {
   EXPECT_EQ(tagOf(op("prec::cea_cia").typed<Unary>().call(ones({1}))), 2);
   // The autograd slot does not take the implicit kernel: a default kernel exists,
   // so autograd falls through to the backend.
-  const auto table = Dispatcher::singleton().computedTable(parseOperatorName("prec::cea_cia"));
-  for (const SlotInfo& s : table) {
-    if (s.key == DispatchKey::AutogradCPU) EXPECT_EQ(s.source, "fallthrough");
-    if (s.key == DispatchKey::CPU) EXPECT_EQ(s.source, "default kernel");
-  }
+  EXPECT_EQ(slotSource("prec::cea_cia", DispatchKey::AutogradCPU), "fallthrough");
+  EXPECT_EQ(slotSource("prec::cea_cia", DispatchKey::CPU), "default kernel");
 }
 
 TEST(Precedence, CompositeImplicitFillsBackendAndAutogradWhenNothingElse) {
@@ -197,11 +202,10 @@ TEST(Precedence, CompositeImplicitFillsBackendAndAutogradWhenNothingElse) {
   Tensor g = ones({1});
   g.set_requires_grad(true);
   EXPECT_EQ(tagOf(f.call(g)), 7);
-  for (const SlotInfo& s : Dispatcher::singleton().computedTable(parseOperatorName("prec::cia_only"))) {
-    if (s.key == DispatchKey::AutogradCPU || s.key == DispatchKey::CPU || s.key == DispatchKey::Meta) {
-      EXPECT_EQ(s.source, "composite implicit kernel") << toString(s.key);
-    }
+  for (DispatchKey k : {DispatchKey::AutogradCPU, DispatchKey::CPU, DispatchKey::Meta, DispatchKey::Undefined}) {
+    EXPECT_EQ(slotSource("prec::cia_only", k), "composite implicit kernel") << toString(k);
   }
+  EXPECT_EQ(slotSource("prec::cia_only", DispatchKey::Batched), "missing");  // not in the alias's keys
 }
 
 TEST(Precedence, AutogradSlotSkipsCompositeImplicitWhenTheBackendHasAKernel) {
@@ -213,10 +217,8 @@ TEST(Precedence, AutogradSlotSkipsCompositeImplicitWhenTheBackendHasAKernel) {
   // AutogradCPU falls through (builtin fallback), CPU has its own kernel.
   EXPECT_EQ(tagOf(op("prec::cia_backend").typed<Unary>().call(g)), 2);
   // AutogradCUDA: CUDA has no kernel, so the implicit kernel fills it.
-  for (const SlotInfo& s : Dispatcher::singleton().computedTable(parseOperatorName("prec::cia_backend"))) {
-    if (s.key == DispatchKey::AutogradCPU) EXPECT_EQ(s.source, "fallthrough");
-    if (s.key == DispatchKey::AutogradCUDA) EXPECT_EQ(s.source, "composite implicit kernel");
-  }
+  EXPECT_EQ(slotSource("prec::cia_backend", DispatchKey::AutogradCPU), "fallthrough");
+  EXPECT_EQ(slotSource("prec::cia_backend", DispatchKey::AutogradCUDA), "composite implicit kernel");
 }
 
 TEST(Precedence, AutogradAliasFillsEveryAutogradKey) {
@@ -697,5 +699,51 @@ TEST(Macros, RegisterAtStaticInitialization) {
   EXPECT_THAT(Dispatcher::singleton().registrations(parseOperatorName("macro_ns::twice"))[1].debug,
               HasSubstr("dispatcher_test.cc:"));
 }
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// Error paths the tests above do not reach.
+TEST(ErrorPaths, RegistrationMisusesNameTheThingAndTheReason) {
+  Library alias_fb(Library::IMPL, "_", DispatchKey::CompositeExplicitAutograd);
+  EXPECT_THAT(errorOf([&] { alias_fb.fallback(CppFunction::makeFallthrough()); }),
+              AllOf(HasSubstr("runtime dispatch key"), HasSubstr("CompositeExplicitAutograd")));
+  Library wild(Library::IMPL, "_", DispatchKey::CPU);
+  EXPECT_THAT(errorOf([&] { wild.impl("f", [](const Tensor& x) { return x; }); }),
+              HasSubstr("must name its namespace (ns::name)"));
+  Library frag(Library::FRAGMENT, "errpaths");
+  EXPECT_THAT(errorOf([&] {
+                frag.def("boxed", CppFunction::makeFromBoxedFunctor([](const OperatorHandle&, Stack&) {}));
+              }),
+              HasSubstr("a schema cannot be inferred from a boxed kernel"));
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("errpaths::boxed")).has_value());
+  EXPECT_THAT(errorOf([&] { frag.impl("f", [](const Tensor& x) { return x; }, "gpu"); }), HasSubstr("unknown dispatch key or device type 'gpu'"));
+  EXPECT_THAT(errorOf([&] { frag.impl("bad name!", [](const Tensor& x) { return x; }); }),
+              HasSubstr("invalid operator name 'bad name!'"));
+}
+
+TEST(ErrorPaths, ABoxedKernelThatLeavesTheWrongNumberOfResults) {
+  Library lib(Library::DEF, "errret");
+  lib.def("f(Tensor x) -> Tensor");
+  lib.impl("f", CppFunction::makeFromBoxedFunctor([](const OperatorHandle&, Stack& s) { s.clear(); }), "cpu");
+  EXPECT_EQ(errorOf([] { op("errret::f").typed<Unary>().call(ones({1})); }),
+            "errret::f: the boxed kernel left 0 values on the stack, the schema returns 1");
+}
+
+TEST(ErrorPaths, AKernelHandleCalledWithTooFewValuesAndAnAliasKey) {
+  Library lib(Library::DEF, "errk");
+  lib.def("f(Tensor x) -> Tensor");
+  lib.impl("f", [](const Tensor& x) { return x; }, "default");
+  const KernelHandle k = get_kernel("errk::f", "default");  // an alias key: the kernel registered there
+  EXPECT_EQ(k.source(), "kernel");
+  EXPECT_EQ(k.key(), DispatchKey::CompositeExplicitAutograd);
+  Stack empty_stack;
+  EXPECT_THAT(errorOf([&] { k.callBoxed(DispatchKeySet(DispatchKey::CPU), empty_stack); }),
+              HasSubstr("the stack holds 0 values, the kernel takes 1 arguments"));
+  EXPECT_THAT(errorOf([] { get_kernel("errk::f", "Autograd"); }), HasSubstr("errk::f has no kernel for Autograd"));
+}
+
 }  // namespace
 }  // namespace strata
