@@ -73,6 +73,9 @@ TEST(CoreOps, ArithmeticBroadcastsAndPromotes) {
               HasSubstr("The size of tensor a (2) must match the size of tensor b (3) at non-singleton dimension 0"));
   EXPECT_THAT(errorOf([] { ops::sub(ones({1}, kBool), ones({1}, kBool)); }), HasSubstr("bool tensors is not supported"));
   EXPECT_THAT(errorOf([&] { ops::add(i, i, 1.5); }), HasSubstr("alpha must not be a floating point"));
+  EXPECT_THAT(errorOf([] { ops::add(ones({1}, kBool), ones({1}, kBool), 2); }),
+              HasSubstr("boolean alpha only supported for Boolean results"));
+  EXPECT_TRUE(ops::add(ones({2}, kBool), zeros({2}, kBool)).equal(ones({2}, kBool)));  // logical or
 }
 
 TEST(CoreOps, UnaryOps) {

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/elementwise.h"
+#include "ops/core_rules.h"
 #include "strata/ops.h"
 #include "tensor_internal.h"
 
@@ -83,15 +84,9 @@ Tensor scalarOn(const Scalar& s, ScalarType dt, const Tensor& like) {
   return full(IntArrayRef(), s, TensorOptions(dt).with_device(like.device()));
 }
 double alphaOf(const char* op, ScalarType dt, const Scalar& alpha) {
-  STRATA_CHECK(isFloatingType(dt) || !alpha.isFloatingPoint(), Type, op,
-               ": for integral input tensors, argument alpha must not be a floating point number");
+  detail::checkAlpha(op, dt, alpha);
   return alpha.toDouble();
 }
-void checkNotBoolSub(ScalarType dt) {
-  STRATA_CHECK(dt != ScalarType::Bool, Type, "core::sub: subtraction, the `-` operator, with two bool tensors is not "
-               "supported; use logical operations instead");
-}
-ScalarType floatType(ScalarType t) { return isFloatingType(t) ? t : ScalarType::Float; }
 
 Tensor add_tensor(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   const ScalarType dt = ops::resultType(a, b);
@@ -103,12 +98,12 @@ Tensor add_scalar(const Tensor& a, const Scalar& b, const Scalar& alpha) {
 }
 Tensor sub_tensor(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   const ScalarType dt = ops::resultType(a, b);
-  checkNotBoolSub(dt);
+  detail::checkSubNotBool(dt);
   return binary(BinaryOp::Sub, "core::sub", a, b, dt, alphaOf("core::sub", dt, alpha));
 }
 Tensor sub_scalar(const Tensor& a, const Scalar& b, const Scalar& alpha) {
   const ScalarType dt = ops::resultType(a, b);
-  checkNotBoolSub(dt);
+  detail::checkSubNotBool(dt);
   return binary(BinaryOp::Sub, "core::sub", a, scalarOn(b, dt, a), dt, alphaOf("core::sub", dt, alpha));
 }
 Tensor mul_tensor(const Tensor& a, const Tensor& b) {
@@ -119,20 +114,19 @@ Tensor mul_scalar(const Tensor& a, const Scalar& b) {
   return binary(BinaryOp::Mul, "core::mul", a, scalarOn(b, dt, a), dt, 1);
 }
 Tensor div_tensor(const Tensor& a, const Tensor& b) {
-  return binary(BinaryOp::Div, "core::div", a, b, floatType(ops::resultType(a, b)), 1);
+  return binary(BinaryOp::Div, "core::div", a, b, detail::floatResultType(ops::resultType(a, b)), 1);
 }
 Tensor div_scalar(const Tensor& a, const Scalar& b) {
-  const ScalarType dt = floatType(ops::resultType(a, b));
+  const ScalarType dt = detail::floatResultType(ops::resultType(a, b));
   return binary(BinaryOp::Div, "core::div", a, scalarOn(b, dt, a), dt, 1);
 }
 Tensor neg(const Tensor& a) {
-  STRATA_CHECK(a.dtype() != ScalarType::Bool, Type,
-               "core::neg: negation, the `-` operator, on a bool tensor is not supported; use logical_not instead");
+  detail::checkNegNotBool(a.dtype());
   return unary(UnaryOp::Neg, "core::neg", a, a.dtype());
 }
-Tensor sin(const Tensor& a) { return unary(UnaryOp::Sin, "core::sin", a, floatType(a.dtype())); }
-Tensor cos(const Tensor& a) { return unary(UnaryOp::Cos, "core::cos", a, floatType(a.dtype())); }
-Tensor exp(const Tensor& a) { return unary(UnaryOp::Exp, "core::exp", a, floatType(a.dtype())); }
+Tensor sin(const Tensor& a) { return unary(UnaryOp::Sin, "core::sin", a, detail::floatResultType(a.dtype())); }
+Tensor cos(const Tensor& a) { return unary(UnaryOp::Cos, "core::cos", a, detail::floatResultType(a.dtype())); }
+Tensor exp(const Tensor& a) { return unary(UnaryOp::Exp, "core::exp", a, detail::floatResultType(a.dtype())); }
 Tensor to_dtype(const Tensor& a, ScalarType dtype, bool /*non_blocking*/, bool copy) {
   if (a.dtype() == dtype && !copy) return a;
   if (a.dtype() == dtype) return a.clone();

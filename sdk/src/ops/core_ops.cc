@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "cuda/core_cuda.h"
+#include "ops/core_rules.h"
 #include "strata/library.h"
 #include "strata/ops.h"
 #include "tensor_internal.h"
@@ -144,19 +145,10 @@ T applyAlpha(T b, const Scalar& alpha) {
   else return b * alpha.to<T>();
 }
 
-void checkAlpha(const char* op, ScalarType dtype, const Scalar& alpha) {
-  STRATA_CHECK(isFloatingType(dtype) || !alpha.isFloatingPoint(), Type, op, ": for integral input tensors, argument "
-               "alpha must not be a floating point number");
-  STRATA_CHECK(dtype != ScalarType::Bool || alpha.isBoolean() || alpha.toLong() == 0 || alpha.toLong() == 1, Type, op,
-               ": boolean alpha only supported for Boolean results");
-}
-
 Tensor addImpl(const Tensor& a, const Tensor& b, const Scalar& alpha, ScalarType dtype, bool compute, bool negate) {
   const char* name = negate ? "core::sub" : "core::add";
-  checkAlpha(name, dtype, alpha);
-  STRATA_CHECK(!(negate && dtype == ScalarType::Bool), Type,
-               "core::sub: subtraction, the `-` operator, with two bool tensors is not supported; use logical "
-               "operations instead");
+  detail::checkAlpha(name, dtype, alpha);
+  if (negate) detail::checkSubNotBool(dtype);
   return binaryKernel(name, a, b, dtype, compute, [&](auto x, auto y) {
     using T = decltype(x);
     const T scaled = applyAlpha(y, alpha);
@@ -201,40 +193,36 @@ Tensor mul_scalar(const Tensor& a, const Scalar& b) {
   return mulImpl(a, scalarTensor(b, dt, a.device()), dt, kCompute);
 }
 
-// True division: integral inputs give the default float dtype.
-ScalarType divType(ScalarType t) { return isFloatingType(t) ? t : ScalarType::Float; }
 Tensor divImpl(const Tensor& a, const Tensor& b, ScalarType dt, bool compute) {
   return binaryKernel("core::div", a, b, dt, compute, [](auto x, auto y) { return x / y; });
 }
 template <bool kCompute>
 Tensor div_tensor(const Tensor& a, const Tensor& b) {
-  return divImpl(a, b, divType(ops::resultType(a, b)), kCompute);
+  return divImpl(a, b, detail::floatResultType(ops::resultType(a, b)), kCompute);
 }
 template <bool kCompute>
 Tensor div_scalar(const Tensor& a, const Scalar& b) {
-  const ScalarType dt = divType(ops::resultType(a, b));
+  const ScalarType dt = detail::floatResultType(ops::resultType(a, b));
   return divImpl(a, scalarTensor(b, dt, a.device()), dt, kCompute);
 }
 
 template <bool kCompute>
 Tensor neg_kernel(const Tensor& a) {
-  STRATA_CHECK(a.dtype() != ScalarType::Bool, Type,
-               "core::neg: negation, the `-` operator, on a bool tensor is not supported; use logical_not instead");
+  detail::checkNegNotBool(a.dtype());
   return unaryKernel("core::neg", a, a.dtype(), kCompute, [](auto x) { return static_cast<decltype(x)>(-x); });
 }
 
-ScalarType floatType(ScalarType t) { return isFloatingType(t) ? t : ScalarType::Float; }
 template <bool kCompute>
 Tensor sin_kernel(const Tensor& a) {
-  return unaryKernel("core::sin", a, floatType(a.dtype()), kCompute, [](auto x) { return std::sin(x); });
+  return unaryKernel("core::sin", a, detail::floatResultType(a.dtype()), kCompute, [](auto x) { return std::sin(x); });
 }
 template <bool kCompute>
 Tensor cos_kernel(const Tensor& a) {
-  return unaryKernel("core::cos", a, floatType(a.dtype()), kCompute, [](auto x) { return std::cos(x); });
+  return unaryKernel("core::cos", a, detail::floatResultType(a.dtype()), kCompute, [](auto x) { return std::cos(x); });
 }
 template <bool kCompute>
 Tensor exp_kernel(const Tensor& a) {
-  return unaryKernel("core::exp", a, floatType(a.dtype()), kCompute, [](auto x) { return std::exp(x); });
+  return unaryKernel("core::exp", a, detail::floatResultType(a.dtype()), kCompute, [](auto x) { return std::exp(x); });
 }
 
 // --- sum ---
