@@ -16,21 +16,22 @@ constexpr int64_t kSummarizeAbove = 1000;  // elements; torch's print threshold
 constexpr int64_t kEdgeItems = 3;
 
 struct Formatter {
-  bool floating = false;
   bool whole = true;  // every float value is an integer (prints "1." not "1.0000")
 
   std::string operator()(double v) const {
     if (std::isnan(v)) return "nan";
     if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
     char buf[64];
-    if (!floating) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
-    else if (whole) std::snprintf(buf, sizeof buf, "%.0f.", v);
+    if (whole) std::snprintf(buf, sizeof buf, "%.0f.", v);
     else std::snprintf(buf, sizeof buf, "%.4f", v);
     return buf;
   }
+  // Integral dtypes print exactly, from int64 (a double would round above 2^53).
+  std::string operator()(int64_t v) const { return std::to_string(v); }
 };
 
-void printDim(std::ostringstream& os, const Tensor& t, const double* values, int64_t dim, int64_t offset,
+template <typename T>
+void printDim(std::ostringstream& os, const Tensor& t, const T* values, int64_t dim, int64_t offset,
               const std::vector<int64_t>& strides, const Formatter& fmt, bool summarize, bool is_bool) {
   if (dim == t.dim()) {
     if (is_bool) os << (values[offset] != 0 ? "True" : "False");
@@ -67,19 +68,24 @@ std::string Tensor::str() const {
     os << (dim() == 1 ? ",)" : ")") << suffix << ")";
     return os.str();
   }
-  const Tensor host = to(kCPU).contiguous().to(ScalarType::Double);
-  const auto* values = static_cast<const double*>(host.data_ptr());
+  const bool floating = isFloatingType(dtype());
+  const Tensor host = to(kCPU).contiguous().to(floating ? ScalarType::Double : ScalarType::Long);
   Formatter fmt;
-  fmt.floating = isFloatingType(dtype());
-  for (int64_t i = 0; i < host.numel(); ++i) {
-    if (std::isfinite(values[i]) && values[i] != std::trunc(values[i])) fmt.whole = false;
+  if (floating) {
+    const double* values = host.data_ptr<double>();
+    for (int64_t i = 0; i < host.numel(); ++i) {
+      if (std::isfinite(values[i]) && values[i] != std::trunc(values[i])) fmt.whole = false;
+    }
   }
   os << "tensor(";
   if (numel() == 0) {
     os << "[]";
   } else {
     const std::vector<int64_t> strides(host.strides().begin(), host.strides().end());
-    printDim(os, host, values, 0, 0, strides, fmt, numel() > kSummarizeAbove, dtype() == ScalarType::Bool);
+    const bool summarize = numel() > kSummarizeAbove;
+    const bool is_bool = dtype() == ScalarType::Bool;
+    if (floating) printDim(os, host, host.data_ptr<double>(), 0, 0, strides, fmt, summarize, is_bool);
+    else printDim(os, host, host.data_ptr<int64_t>(), 0, 0, strides, fmt, summarize, is_bool);
   }
   os << suffix << ")";
   return os.str();

@@ -176,6 +176,8 @@ TEST(TensorTest, KeySetFollowsDeviceAndRequiresGrad) {
 TEST(TensorTest, PrintsLikeTorch) {
   EXPECT_EQ(arange(3, kFloat32).str(), "tensor([0., 1., 2.])");
   EXPECT_EQ(arange(3).str(), "tensor([0, 1, 2])");
+  // int64 prints exactly, beyond the 2^53 a double holds.
+  EXPECT_EQ(from_vector<int64_t>({9007199254740993, -1}).str(), "tensor([9007199254740993, -1])");
   EXPECT_EQ(from_vector<double>({0.5, 1.25}).str(), "tensor([0.5000, 1.2500], dtype=float64)");
   EXPECT_EQ(from_vector<bool>({true, false}).str(), "tensor([True, False])");
   EXPECT_EQ(full({}, 2).str(), "tensor(2.)");  // float32 by default, as torch.full
