@@ -180,19 +180,22 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
       any_float = true;
     }
     const ScalarType inferred = n.leaves.empty() ? kFloat32 : all_bool ? kBool : any_float ? kFloat32 : kInt64;
+    // Bools count as 0 and 1 among numbers, as in torch.tensor([True, 2]).
+    std::vector<int64_t> ints;
     std::vector<double> values;
     for (std::string_view leaf : n.leaves) {
-      if (auto b = asBool(leaf)) values.push_back(*b ? 1 : 0);
-      else if (auto i = asInt(leaf)) values.push_back(static_cast<double>(*i));
-      else values.push_back(*asDouble(leaf));
+      if (auto b = asBool(leaf)) {
+        ints.push_back(*b ? 1 : 0);
+        values.push_back(*b ? 1 : 0);
+      } else if (auto i = asInt(leaf)) {
+        ints.push_back(*i);
+        values.push_back(static_cast<double>(*i));
+      } else {
+        values.push_back(*asDouble(leaf));
+      }
     }
-    if (inferred == kInt64 && !n.leaves.empty()) {
-      std::vector<int64_t> iv;
-      for (std::string_view leaf : n.leaves) iv.push_back(*asInt(leaf));
-      t = from_vector(iv, n.shape);
-    } else {
-      t = from_vector(values, n.shape).to(inferred);
-    }
+    // int64 straight from the integers: a trip through double would round above 2^53.
+    t = inferred == kInt64 ? from_vector(ints, n.shape) : from_vector(values, n.shape).to(inferred);
     if (dtype) t = t.to(*dtype);
   } else {
     const size_t open = base.find('(');

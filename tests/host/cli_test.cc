@@ -187,6 +187,10 @@ TEST(CliCallTest, RunsOpsOnLiteralArguments) {
   EXPECT_THAT(r.out, HasSubstr("device='meta'"));
   r = run("call core::allclose 'randn(4)' 'randn(4):f64' --seed 3");
   EXPECT_EQ(r.out, "False\n");
+  r = run("call core::neg '[true,2]'");  // bools are 0 and 1 among ints, as in torch.tensor
+  EXPECT_EQ(r.out, "tensor([-1, -2])\n");
+  r = run("call core::neg '[9007199254740993]'");  // 2^53 + 1: int64 literals do not pass through double
+  EXPECT_EQ(r.out, "tensor([-9007199254740993])\n");
   r = run("call core::cat '[ones(2),[1,2]]'");
   EXPECT_EQ(r.out, "tensor([1., 1., 1., 2.])\n");
   r = run("call core::matmul 'arange(6):f32' '[1.5]'");
