@@ -1,10 +1,15 @@
 // strata: the command-line entry point. Dispatches to a subcommand.
 #include <QCoreApplication>
+#include <QLoggingCategory>
 #include <QTextStream>
 
 #include <cstdio>
 
 #include "commands/commands.h"
+#include "strata/modes/dispatch_mode.h"
+#include "strata/modes/log_mode.h"
+
+Q_LOGGING_CATEGORY(lcModesLog, "strata.modes.log")
 
 namespace {
 
@@ -21,6 +26,7 @@ constexpr Subcommand kSubcommands[] = {
     {"dump", "Print an operator's dispatch table, registrations and kernel state", &strata::host::runDumpCommand},
     {"call", "Run an operator on literal arguments (--explain says why each layer ran)",
      &strata::host::runCallCommand},
+    {"modes", "List the dispatch mode types 'call --mode' can push", &strata::host::runModesCommand},
     {"demo", "Show the SDK's values: tensors, DLPack, IValues, schemas", &strata::host::runDemoCommand},
 };
 
@@ -39,6 +45,12 @@ int main(int argc, char** argv) {
   QCoreApplication app(argc, argv);
   QCoreApplication::setApplicationName("strata");
   QCoreApplication::setApplicationVersion("0.1.0");
+
+  // LogMode's lines go to the host's logging (QT_LOGGING_RULES can silence them).
+  strata::modes::initialize();
+  strata::modes::set_log_sink([](std::string_view line) {
+    qCInfo(lcModesLog).noquote() << QString::fromUtf8(line.data(), static_cast<qsizetype>(line.size()));
+  });
 
   const QStringList args = QCoreApplication::arguments();
   QTextStream out(stdout);

@@ -42,6 +42,7 @@ int runSchemaCommand(const QStringList& args);
 int runDemoCommand(const QStringList& args);
 int runOpsCommand(const QStringList& args);
 int runDumpCommand(const QStringList& args);
+int runModesCommand(const QStringList& args);
 int runCallCommand(const QStringList& args);
 
 }  // namespace strata::host

@@ -8,6 +8,8 @@
 #include "call_args.h"
 #include "commands/commands.h"
 #include "strata/dispatcher.h"
+#include "strata/modes/dispatch_mode.h"
+#include "strata/modes/trace_mode.h"
 
 namespace strata::host {
 
@@ -130,6 +132,36 @@ int runOpsCommand(const QStringList& args) {
   return kExitOk;
 }
 
+int runModesCommand(const QStringList& args) {
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      "List the dispatch mode types 'strata call --mode NAME' can push: the built-in\n"
+      "trace, log and passthrough modes and those bundles bring, with their owners.");
+  parser.addHelpOption();
+  parser.addOption({"json", "Print a JSON array: name, description, owner, debug."});
+  QTextStream out(stdout);
+  QTextStream err(stderr);
+  if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
+  if (!parser.positionalArguments().isEmpty()) {
+    err << args.first() << ": takes no arguments\n" << helpText(parser, args.first());
+    return kExitUsage;
+  }
+  const auto types = modes::mode_types();
+  if (parser.isSet("json")) {
+    QJsonArray all;
+    for (const auto& t : types) {
+      all.append(QJsonObject{{"name", q(t.name)}, {"description", q(t.description)}, {"owner", q(t.owner)},
+                             {"debug", q(t.debug)}});
+    }
+    out << QJsonDocument(all).toJson(QJsonDocument::Indented);
+    return kExitOk;
+  }
+  for (const auto& t : types) {
+    out << q(t.name).leftJustified(14) << " " << q(t.description) << "  [owner " << q(t.owner) << "]\n";
+  }
+  return kExitOk;
+}
+
 int runDumpCommand(const QStringList& args) {
   QCommandLineParser parser;
   parser.setApplicationDescription(
@@ -178,6 +210,11 @@ int runCallCommand(const QStringList& args) {
   parser.addOption({"explain", "Also say why each layer ran: the keys each argument contributed, the TLS sets, "
                                "the final key set, and every kernel chosen, with its owner."});
   parser.addOption({"seed", "Seed of randn/rand (default 0).", "N", "0"});
+  parser.addOption({"mode", "Run the call under the dispatch mode NAME (see 'strata modes'): trace prints the ops "
+                            "it recorded, log logs one line per op. Repeat to nest, as nested `with` blocks: "
+                            "the last one given is the innermost, and sees the call first.",
+                    "NAME"});
+  parser.addOption({"json", "With --mode trace: print the recorded graph as JSON."});
   parser.addPositionalArgument("op", "The operator: ns::name or ns::name.overload.", "OP");
   parser.addPositionalArgument("args", "Its arguments.", "[ARG...]");
   QTextStream out(stdout);
@@ -195,7 +232,9 @@ int runCallCommand(const QStringList& args) {
       only_positional = true;
     } else {
       options << a;
-      if ((a == "--seed" || a == "-seed") && i + 1 < args.size()) options << args[++i];
+      if ((a == "--seed" || a == "-seed" || a == "--mode" || a == "-mode") && i + 1 < args.size()) {
+        options << args[++i];
+      }
     }
   }
   if (int rc = parseOrExit(parser, options); rc >= 0) return rc;
@@ -240,6 +279,10 @@ int runCallCommand(const QStringList& args) {
     STRATA_CHECK(chosen.has_value(), Value,
                  candidates.size() == 1 ? first_error : "no overload of " + wanted.name + " takes these arguments:" + first_error);
     const OperatorHandle op = *chosen;
+    std::vector<std::shared_ptr<modes::DispatchMode>> pushed;
+    for (const QString& name : parser.values("mode")) pushed.push_back(modes::make_mode(name.toStdString()));
+    std::vector<std::unique_ptr<modes::ModeGuard>> guards;
+    for (const auto& m : pushed) guards.push_back(std::make_unique<modes::ModeGuard>(m));
     if (parser.isSet("explain")) {
       const Explanation ex = explain(op, std::move(stack));
       out << q(ex.str());
@@ -248,7 +291,18 @@ int runCallCommand(const QStringList& args) {
     } else {
       op.callBoxed(stack);
     }
+    while (!guards.empty()) guards.pop_back();  // innermost first
     for (const IValue& v : stack) out << q(v.isTensor() ? v.toTensor().str() : v.repr()) << "\n";
+    for (size_t i = 0; i < pushed.size(); ++i) {
+      const auto* trace = dynamic_cast<const modes::TraceMode*>(pushed[i].get());
+      if (trace == nullptr) continue;
+      const modes::TraceGraph g = trace->graph();
+      if (parser.isSet("json")) {
+        out << q(g.json());
+      } else {
+        out << "trace (" << g.nodes.size() << (g.nodes.size() == 1 ? " op" : " ops") << "):\n" << q(g.str());
+      }
+    }
     return kExitOk;
   } catch (const Error& e) {
     err << "error: " << e.what() << "\n";

@@ -28,6 +28,20 @@
 // redispatch a different operator than its own. A boxed fallback, which serves
 // every key it is registered for, uses keysBelow(ks.highestPriorityKey()).
 //
+// Note [Operator rules]
+// ~~~~~~~~~~~~~~~~~~~~~
+// The layers above the backends keep per-operator rules that are not kernels: a
+// torch_dispatch rule for one op under one mode type (register_torch_dispatch in
+// modes/), later autocast and vmap rules. The dispatcher stores them for those
+// layers so they are registrations like any other: each has an owner and a debug
+// string, comes back as a RegistrationHandleRAII that removes it, shows in dump(), and
+// goes with its bundle. A rule is keyed by (kind, target type); the target is a C++
+// type, compared exactly (typeid equality, which holds across shared libraries), and
+// the payload is the layer's own (type-erased) callable. A second rule for the same
+// (op, kind, target) is refused. Lookups (OperatorHandle::findRule) take no lock: an
+// op's rules are an immutable set behind an atomic pointer, replaced whole on every
+// change, the old set retired like a kernel (Note [Publishing dispatch table slots]).
+//
 // Thread safety: calls take no lock and, for unboxed kernels, allocate nothing. Each
 // table slot is an atomic pointer to an immutable kernel, republished whenever a
 // registration, deregistration or toggle changes what the slot should hold. The
@@ -44,6 +58,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <typeinfo>
 #include <vector>
 
 #include "strata/dispatch_key.h"
@@ -152,6 +167,11 @@ class STRATA_API OperatorHandle {
   template <typename Sig>
   TypedOperatorHandle<Sig> typed() const;
 
+  // The payload of the rule (kind, target) for this operator, or null. Lock-free; the
+  // payload stays alive until Dispatcher::reclaimRetiredKernels() after its removal.
+  // See Note [Operator rules].
+  const void* findRule(std::string_view kind, const std::type_info& target) const;
+
   // The operator's non-fallthrough keys.
   DispatchKeySet nonFallthroughKeys() const { return core_->mask(); }
   // The kernel a key set selects (the slot of its highest key after masking).
@@ -222,6 +242,15 @@ struct RegistrationInfo {
   std::string debug;       // "registered at file.cc:12"
   bool enabled = true;     // false when set_kernel_enabled(op, key, false) is in force
   bool active = true;      // false when a newer registration at the same key shadows it
+};
+
+// One rule as the dispatcher records it. See Note [Operator rules].
+struct RuleInfo {
+  std::string op;
+  std::string kind;    // "torch_dispatch", ...
+  std::string target;  // the target type, demangled ("MyMode")
+  std::string owner;
+  std::string debug;
 };
 
 // What one slot of an operator's table holds, and why (PyTorch's dump table).
@@ -363,6 +392,11 @@ class STRATA_API Dispatcher {
                                       RegisterOptions options);
   // key: a runtime key; kernel: boxed or fallthrough.
   RegistrationHandleRAII registerFallback(DispatchKey key, KernelFunction kernel, RegisterOptions options);
+  // A rule for an existing operator (Note [Operator rules]). Error(Value) when the op
+  // already has a rule of this kind for this target; Error(NotImplemented) when there
+  // is no such operator.
+  RegistrationHandleRAII registerRule(const OperatorName& op, std::string kind, const std::type_info& target,
+                                      std::shared_ptr<const void> payload, RegisterOptions options);
   // The single DEF library of a namespace (Library checks it).
   RegistrationHandleRAII registerLibrary(const std::string& ns, std::string debug);
 
@@ -374,6 +408,7 @@ class STRATA_API Dispatcher {
   // --- Introspection. ---
   std::vector<RegistrationInfo> registrations(const OperatorName& op);
   std::vector<RegistrationInfo> fallbacks();
+  std::vector<RuleInfo> rules(const OperatorName& op);
   // One entry per runtime key plus the empty-set slot (key Undefined).
   std::vector<SlotInfo> computedTable(const OperatorName& op);
   // The table, registrations and enable state, as text.
@@ -444,5 +479,8 @@ STRATA_API void set_dispatch_trace_sink(std::function<void(std::string_view)> si
 
 // Parses "ns::name" / "ns::name.overload" into an OperatorName (Error(Value) if bad).
 STRATA_API OperatorName parseOperatorName(std::string_view op);
+
+// A C++ type's readable name ("mylib::MyMode"), for messages and dumps.
+STRATA_API std::string demangle(const std::type_info& type);
 
 }  // namespace strata

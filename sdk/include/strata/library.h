@@ -126,6 +126,12 @@ class STRATA_API Library {
     return fallbackImpl(toKernel(std::forward<F>(f)), where);
   }
 
+  // Ties another registration (e.g. a register_torch_dispatch rule) to this library:
+  // it is removed with the library's own, in reverse order.
+  Library& keep(RegistrationHandleRAII registration) & {
+    registrations_.push_back(std::move(registration));
+    return *this;
+  }
   // Lets this library's later impls replace kernels other owners registered.
   Library& allow_override(bool allow = true) & {
     allow_override_ = allow;

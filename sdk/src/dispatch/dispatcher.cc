@@ -54,6 +54,14 @@ void missingBoxed(OperatorKernel*, const OperatorHandle& op, DispatchKeySet ks, 
 
 OperatorKernel::~OperatorKernel() = default;
 
+std::string demangle(const std::type_info& type) {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(type.name(), nullptr, nullptr, &status);
+  std::string out = status == 0 && demangled != nullptr ? demangled : type.name();
+  std::free(demangled);
+  return out;
+}
+
 std::string CppSignature::name() const {
   int status = 0;
   char* demangled = abi::__cxa_demangle(type_.name(), nullptr, nullptr, &status);
@@ -289,6 +297,7 @@ struct Dispatcher::Impl {
   std::set<std::pair<std::string, DispatchKey>> disabled;  // (op, key) pairs switched off
   std::map<std::string, std::string> def_libraries;              // ns -> where
   std::vector<std::shared_ptr<KernelRecord>> retired;
+  std::vector<std::unique_ptr<const RuleSet>> retired_rules;  // Note [Operator rules]
   uint64_t next_id = 1;
   std::vector<std::unique_ptr<Library>> builtins;  // owner "builtin"; see registerBuiltins
 
@@ -372,6 +381,15 @@ struct Dispatcher::Impl {
     r->removed.store(true, std::memory_order_release);
     if (r->published) retired.push_back(std::move(r));
     // else: no call can have reached it; freed with the last reference.
+  }
+
+  // Publishes a new rule set for e (null when empty) and retires the old one.
+  void publishRules(OperatorEntry& e, std::vector<std::shared_ptr<const RuleRecord>> rules) {
+    std::unique_ptr<const RuleSet> next;
+    if (!rules.empty()) next = std::make_unique<const RuleSet>(RuleSet{std::move(rules)});
+    e.rules.store(next.get(), std::memory_order_release);
+    if (e.rules_owned) retired_rules.push_back(std::move(e.rules_owned));
+    e.rules_owned = std::move(next);
   }
 
   // The C++ signature rule: unboxed kernels and typed handles of one op agree.
@@ -610,6 +628,46 @@ RegistrationHandleRAII Dispatcher::registerFallback(DispatchKey key, KernelFunct
   });
 }
 
+RegistrationHandleRAII Dispatcher::registerRule(const OperatorName& op, std::string kind, const std::type_info& target,
+                                                std::shared_ptr<const void> payload, RegisterOptions options) {
+  STRATA_CHECK(payload != nullptr, Value, op.str(), ": an empty ", kind, " rule for ", demangle(target), " (",
+               options.debug, ")");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  OperatorEntry* e = impl_->find(op);
+  STRATA_CHECK(e != nullptr && e->alive(), NotImplemented, "cannot register a ", kind, " rule for ", demangle(target),
+               " (", options.debug, "): no operator named ", op.str());
+  std::vector<std::shared_ptr<const RuleRecord>> rules;
+  if (const RuleSet* now = e->rules_owned.get()) rules = now->rules;
+  for (const auto& r : rules) {
+    if (r->kind == kind && *r->target == target) {
+      STRATA_FAIL(Value, e->qualified, " already has a ", kind, " rule for ", r->target_name, ", registered by '",
+                  r->owner, "' (", r->debug, "); the new one, by '", options.owner, "' (", options.debug,
+                  "), is refused. Remove the old rule first.");
+    }
+  }
+  auto record = std::make_shared<RuleRecord>();
+  record->id = impl_->next_id++;
+  record->kind = std::move(kind);
+  record->target = &target;
+  record->target_name = demangle(target);
+  record->payload = std::move(payload);
+  record->owner = std::move(options.owner);
+  record->debug = std::move(options.debug);
+  rules.push_back(record);
+  impl_->publishRules(*e, std::move(rules));
+  const uint64_t id = record->id;
+  return RegistrationHandleRAII([this, e, id] {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    const RuleSet* now = e->rules_owned.get();
+    if (now == nullptr) return;
+    std::vector<std::shared_ptr<const RuleRecord>> rest;
+    for (const auto& r : now->rules) {
+      if (r->id != id) rest.push_back(r);
+    }
+    if (rest.size() != now->rules.size()) impl_->publishRules(*e, std::move(rest));
+  });
+}
+
 RegistrationHandleRAII Dispatcher::registerLibrary(const std::string& ns, std::string debug) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto it = impl_->def_libraries.find(ns);
@@ -694,6 +752,15 @@ std::vector<RegistrationInfo> Dispatcher::fallbacks() {
   return out;
 }
 
+std::vector<RuleInfo> Dispatcher::rules(const OperatorName& op) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<RuleInfo> out;
+  OperatorEntry* e = impl_->find(op);
+  if (e == nullptr || e->rules_owned == nullptr) return out;
+  for (const auto& r : e->rules_owned->rules) out.push_back({e->qualified, r->kind, r->target_name, r->owner, r->debug});
+  return out;
+}
+
 namespace {
 SlotInfo toSlotInfo(DispatchKey key, const SlotState& st) {
   SlotInfo s;
@@ -738,6 +805,13 @@ std::string Dispatcher::dump(const OperatorName& op) {
     if (!r.enabled) os << "  [disabled]";
     else if (!r.active) os << "  [shadowed]";
     os << "\n";
+  }
+  if (const auto rs = rules(op); !rs.empty()) {
+    os << "\nrules:\n";
+    for (const auto& r : rs) {
+      os << "  " << std::left << std::setw(27) << (r.kind + "[" + r.target + "]") << "owner=" << std::setw(14)
+         << r.owner << " " << r.debug << "\n";
+    }
   }
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -790,22 +864,34 @@ KernelHandle Dispatcher::getKernel(const OperatorName& op, DispatchKey key) {
 
 size_t Dispatcher::reclaimRetiredKernels() {
   std::vector<std::shared_ptr<KernelRecord>> gone;
+  std::vector<std::unique_ptr<const RuleSet>> gone_rules;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     gone.swap(impl_->retired);
+    gone_rules.swap(impl_->retired_rules);
   }
-  return gone.size();  // freed here, outside the lock (functor destructors run user code)
+  // Freed here, outside the lock (functor destructors run user code).
+  return gone.size() + gone_rules.size();
 }
 
 size_t Dispatcher::numRetiredKernels() {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->retired.size();
+  return impl_->retired.size() + impl_->retired_rules.size();
 }
 
 // ---------------------------------------------------------------------------
 // OperatorHandle.
 
 const OperatorName& OperatorHandle::operator_name() const { return entry_->name; }
+
+const void* OperatorHandle::findRule(std::string_view kind, const std::type_info& target) const {
+  const RuleSet* rs = entry_->rules.load(std::memory_order_acquire);
+  if (rs == nullptr) return nullptr;
+  for (const auto& r : rs->rules) {
+    if (*r->target == target && r->kind == kind) return r->payload.get();
+  }
+  return nullptr;
+}
 
 bool OperatorHandle::hasSchema() const { return entry_->info.load(std::memory_order_acquire) != nullptr; }
 

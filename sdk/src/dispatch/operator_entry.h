@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "strata/dispatcher.h"
@@ -56,6 +57,22 @@ struct DefRecord {
   std::string debug;
 };
 
+// One rule (Note [Operator rules]).
+struct RuleRecord {
+  uint64_t id = 0;
+  std::string kind;
+  const std::type_info* target = nullptr;
+  std::string target_name;
+  std::shared_ptr<const void> payload;
+  std::string owner;
+  std::string debug;
+};
+
+// An operator's rules, immutable once published; replaced whole on every change.
+struct RuleSet {
+  std::vector<std::shared_ptr<const RuleRecord>> rules;
+};
+
 struct SlotState {
   const char* source = "missing";
   std::shared_ptr<KernelRecord> record;
@@ -81,6 +98,10 @@ class OperatorEntry {
   std::string typed_signature_from;
 
   std::array<SlotState, kNumRuntimeKeySlots> slot_state;
+
+  // Read lock-free by OperatorHandle::findRule; null when the op has none.
+  std::atomic<const RuleSet*> rules{nullptr};
+  std::unique_ptr<const RuleSet> rules_owned;  // what `rules` points at
 
   bool alive() const { return def.has_value() || !kernels.empty(); }
   OperatorHandle handle() { return OperatorHandle(this, &core); }

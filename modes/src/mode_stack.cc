@@ -1,0 +1,317 @@
+// The mode stack, the Mode-key fallback and register_torch_dispatch. See Note [The
+// mode stack] in dispatch_mode.h.
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "strata/error.h"
+#include "strata/local_dispatch_key_set.h"
+#include "strata/modes/dispatch_mode.h"
+#include "strata/modes/log_mode.h"
+#include "strata/modes/trace_mode.h"
+
+namespace strata::modes {
+
+namespace {
+
+constexpr std::string_view kTorchDispatch = "torch_dispatch";
+constexpr uint64_t kModeBit = uint64_t{1} << static_cast<unsigned>(DispatchKey::Mode);
+
+// Bottom first. Each thread has its own: modes never leak across threads.
+thread_local std::vector<std::shared_ptr<DispatchMode>> tls_modes;
+
+// The Mode key is included exactly while the stack is non-empty.
+void syncModeKey() {
+  auto& tls = strata::detail::tls_local_dispatch_key_set;
+  if (tls_modes.empty()) tls.included &= ~kModeBit;
+  else tls.included |= kModeBit;
+}
+
+std::string where(const std::source_location& loc) {
+  std::string file = loc.file_name();
+  return "registered at " + file + ":" + std::to_string(loc.line());
+}
+
+void checkResults(const OperatorHandle& op, const DispatchMode& mode, bool by_rule, const Stack& out) {
+  const auto& returns = op.schema().returns();
+  auto who = [&] { return (by_rule ? "the torch_dispatch rule of " : "the dispatch() of mode ") + mode.name(); };
+  if (!op.schema().is_varret() && out.size() != returns.size()) {
+    STRATA_FAIL(Value, op.name(), ": ", who(), " returned ", out.size(), " value(s), but the schema (",
+                op.schema().str(), ") has ", returns.size());
+  }
+  for (size_t i = 0; i < returns.size() && i < out.size(); ++i) {
+    if (returns[i].type->kind() == TypeKind::Tensor && !out[i].isTensor()) {
+      STRATA_FAIL(Value, op.name(), ": ", who(), " returned ", out[i].typeName(), " for result ", i,
+                  ", which the schema declares Tensor");
+    }
+  }
+}
+
+// The boxed fallback at the Mode key, for every operator.
+void modeFallback(const OperatorHandle& op, DispatchKeySet ks, Stack& stack) {
+  if (tls_modes.empty()) {
+    // Mode included by hand with no mode pushed: this layer has nothing to do.
+    op.redispatchBoxed(ks & keysBelow(DispatchKey::Mode), stack);
+    return;
+  }
+  std::shared_ptr<DispatchMode> mode = std::move(tls_modes.back());
+  tls_modes.pop_back();
+  syncModeKey();
+  struct PutBack {
+    std::shared_ptr<DispatchMode>& mode;
+    ~PutBack() {
+      tls_modes.push_back(std::move(mode));
+      syncModeKey();
+    }
+  } put_back{mode};
+  ExcludeDispatchKeyGuard below_the_layers_above(keysAbove(DispatchKey::Mode));
+
+  const TensorTypes types = TensorTypes::of(stack);
+  Stack args = std::move(stack);
+  stack.clear();
+  const auto* rule = static_cast<const TorchDispatchRule*>(op.findRule(kTorchDispatch, typeid(*mode)));
+  Stack out = rule != nullptr ? (*rule)(*mode, op, types, std::move(args)) : mode->dispatch(op, types, std::move(args));
+  checkResults(op, *mode, rule != nullptr, out);
+  stack = std::move(out);
+}
+
+// The named mode types.
+struct ModeTypeEntry {
+  ModeTypeInfo info;
+  ModeFactory factory;
+  uint64_t id = 0;
+};
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, ModeTypeEntry, std::less<>> types;
+  uint64_t next_id = 1;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // leaked: handles may outlive static destruction
+  return *r;
+}
+
+bool validModeName(std::string_view name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+                    c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+RegistrationHandleRAII registerModeTypeLocked(std::string name, std::string description, ModeFactory factory,
+                                              std::string debug) {
+  STRATA_CHECK(validModeName(name), Value, "invalid mode type name '", name, "' (", debug,
+               "): use letters, digits, '_', '.' and '-'");
+  STRATA_CHECK(static_cast<bool>(factory), Value, "mode type '", name, "' (", debug, ") has no factory");
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (auto it = r.types.find(name); it != r.types.end()) {
+    STRATA_FAIL(Value, "a mode type named '", name, "' is already registered by '", it->second.info.owner, "' (",
+                it->second.info.debug, "); the new one, by '", RegistrationOwnerGuard::current(), "' (", debug,
+                "), is refused");
+  }
+  const uint64_t id = r.next_id++;
+  ModeTypeEntry e;
+  e.info = {name, std::move(description), RegistrationOwnerGuard::current(), std::move(debug)};
+  e.factory = std::move(factory);
+  e.id = id;
+  r.types.emplace(name, std::move(e));
+  return RegistrationHandleRAII([name, id] {
+    Registry& reg = registry();
+    ModeFactory gone;  // destroyed outside the lock (it may hold a bundle's state)
+    std::lock_guard<std::mutex> lock(reg.mu);
+    auto it = reg.types.find(name);
+    if (it == reg.types.end() || it->second.id != id) return;
+    gone = std::move(it->second.factory);
+    reg.types.erase(it);
+  });
+}
+
+// What initialize() registers, once; leaked like the dispatcher.
+struct Runtime {
+  RegistrationHandleRAII fallback;
+  std::vector<RegistrationHandleRAII> builtin_types;
+  Runtime() {
+    RegistrationOwnerGuard owner("builtin");
+    const auto here = std::source_location::current();
+    fallback = Dispatcher::singleton().registerFallback(
+        DispatchKey::Mode, KernelFunction::makeFromBoxedFunctor(&modeFallback),
+        {RegistrationOwnerGuard::current(), where(here), false});
+    builtin_types.push_back(registerModeTypeLocked(
+        "trace", "records every op (name, shapes, dtypes, outputs) as a graph; prints, exports JSON, replays",
+        [] { return std::make_shared<TraceMode>(); }, where(here)));
+    builtin_types.push_back(registerModeTypeLocked(
+        "log", "one line per op (name, shapes, time taken) to the log sink",
+        [] { return std::make_shared<LogMode>(); }, where(here)));
+    builtin_types.push_back(registerModeTypeLocked(
+        "passthrough", "calls the op below and returns", [] { return std::make_shared<PassthroughMode>(); },
+        where(here)));
+  }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+std::string TensorType::str() const {
+  std::string s = std::string(toString(device)) + ":" + toString(dtype);
+  if (requires_grad) s += ":requires_grad";
+  return s;
+}
+
+void TensorTypes::add(const Tensor& t) {
+  if (!t.defined()) return;
+  keys_ = keys_ | t.unsafeGetTensorImpl()->key_set();
+  const TensorType tt{t.device().type, t.dtype(), t.requires_grad()};
+  for (size_t i = 0; i < n_; ++i) {
+    if (types_[i] == tt) return;
+  }
+  if (n_ == kMax) {
+    truncated_ = true;
+    return;
+  }
+  types_[n_++] = tt;
+}
+
+TensorTypes TensorTypes::of(const Stack& args) {
+  TensorTypes out;
+  for (const IValue& v : args) {
+    if (v.isTensor()) {
+      out.add(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const Tensor& t : v.toTensorList()) out.add(t);
+    } else if (v.isGenericList()) {
+      for (const IValue& x : v.toList()) {
+        if (x.isTensor()) out.add(x.toTensor());
+      }
+    }
+  }
+  return out;
+}
+
+std::string TensorTypes::str() const {
+  std::string s = "(";
+  for (size_t i = 0; i < n_; ++i) {
+    if (i != 0) s += ", ";
+    s += types_[i].str();
+  }
+  if (truncated_) s += ", ...";
+  return s + ")";
+}
+
+DispatchMode::~DispatchMode() = default;
+
+std::string DispatchMode::name() const { return demangle(typeid(*this)); }
+
+Stack call(const OperatorHandle& op, Stack args) {
+  op.callBoxed(args);
+  return args;
+}
+
+Stack PassthroughMode::dispatch(const OperatorHandle& op, const TensorTypes&, Stack args) {
+  ++calls_;
+  op.callBoxed(args);
+  return args;
+}
+
+void initialize() {
+  static Runtime* runtime = new Runtime();
+  (void)runtime;
+}
+
+void push_mode(std::shared_ptr<DispatchMode> mode) {
+  STRATA_CHECK(mode != nullptr, Value, "push_mode: the mode is null");
+  initialize();
+  tls_modes.push_back(std::move(mode));
+  syncModeKey();
+}
+
+std::shared_ptr<DispatchMode> pop_mode() {
+  STRATA_CHECK(!tls_modes.empty(), Value, "pop_mode: this thread's mode stack is empty");
+  std::shared_ptr<DispatchMode> top = std::move(tls_modes.back());
+  tls_modes.pop_back();
+  syncModeKey();
+  return top;
+}
+
+size_t mode_stack_size() { return tls_modes.size(); }
+
+std::vector<std::shared_ptr<DispatchMode>> mode_stack() { return tls_modes; }
+
+std::shared_ptr<DispatchMode> current_mode() { return tls_modes.empty() ? nullptr : tls_modes.back(); }
+
+ModeGuard::ModeGuard(std::shared_ptr<DispatchMode> mode) : mode_(std::move(mode)) { push_mode(mode_); }
+
+ModeGuard::~ModeGuard() {
+  if (!tls_modes.empty() && tls_modes.back() == mode_) {
+    tls_modes.pop_back();
+    syncModeKey();
+    return;
+  }
+  std::fprintf(stderr, "strata: ModeGuard for mode '%s' ends, but that mode is not on top of the mode stack; "
+               "the stack is left as it is (scopes must nest)\n", mode_->name().c_str());
+}
+
+namespace detail {
+
+RegistrationHandleRAII registerTorchDispatch(std::string_view op, const std::type_info& mode_type,
+                                             TorchDispatchRule rule, std::source_location loc) {
+  initialize();
+  STRATA_CHECK(static_cast<bool>(rule), Value, "register_torch_dispatch(", op, ", ", demangle(mode_type),
+               "): the rule is empty");
+  const OperatorName name = parseOperatorName(op);
+  auto payload = std::make_shared<const TorchDispatchRule>(std::move(rule));
+  return Dispatcher::singleton().registerRule(name, std::string(kTorchDispatch), mode_type, std::move(payload),
+                                              {RegistrationOwnerGuard::current(), where(loc), false});
+}
+
+}  // namespace detail
+
+RegistrationHandleRAII register_mode_type(std::string name, std::string description, ModeFactory factory,
+                                          std::source_location loc) {
+  initialize();
+  return registerModeTypeLocked(std::move(name), std::move(description), std::move(factory), where(loc));
+}
+
+void register_mode_type(std::string name, std::string description, ModeFactory factory, Library& lib,
+                        std::source_location loc) {
+  lib.keep(register_mode_type(std::move(name), std::move(description), std::move(factory), loc));
+}
+
+std::shared_ptr<DispatchMode> make_mode(std::string_view name) {
+  initialize();
+  ModeFactory factory;
+  std::string owner;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.types.find(name);
+    if (it == r.types.end()) {
+      std::string known;
+      for (const auto& [n, _] : r.types) known += (known.empty() ? "" : ", ") + n;
+      STRATA_FAIL(Value, "no mode type named '", name, "'; known: ", known.empty() ? "(none)" : known);
+    }
+    factory = it->second.factory;
+    owner = it->second.info.owner;
+  }
+  std::shared_ptr<DispatchMode> mode = factory();
+  STRATA_CHECK(mode != nullptr, Value, "the factory of mode type '", name, "' (owner '", owner, "') returned null");
+  return mode;
+}
+
+std::vector<ModeTypeInfo> mode_types() {
+  initialize();
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<ModeTypeInfo> out;
+  for (const auto& [_, e] : r.types) out.push_back(e.info);
+  return out;
+}
+
+}  // namespace strata::modes

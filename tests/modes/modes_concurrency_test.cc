@@ -1,0 +1,73 @@
+// Modes pushed on several threads while another thread registers and removes
+// torch_dispatch rules and mode types. Run under TSan: ctest -L concurrency.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "strata/library.h"
+#include "strata/modes/dispatch_mode.h"
+#include "strata/ops.h"
+
+namespace strata {
+namespace {
+
+struct AddOneMode : modes::DispatchMode {
+  Stack dispatch(const OperatorHandle& op, const modes::TensorTypes&, Stack args) override {
+    return modes::call(op, std::move(args));
+  }
+};
+
+TEST(ModesConcurrency, ThreadsDispatchUnderTheirOwnModesWhileRulesComeAndGo) {
+  Library lib(Library::DEF, "mode_conc");
+  lib.def("foo(Tensor x) -> Tensor");
+  lib.impl("foo", [](const Tensor& x) { return ops::clone(x); }, DispatchKey::CPU);
+  auto foo = Dispatcher::singleton().findSchemaOrThrow("mode_conc::foo").typed<Tensor(const Tensor&)>();
+  constexpr int kIters = 300;
+  std::atomic<bool> failed{false};
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      const Tensor x = ops::full({4}, static_cast<double>(t));
+      auto mode = std::make_shared<AddOneMode>();
+      for (int i = 0; i < kIters; ++i) {
+        Tensor y;
+        if (t == 0) {
+          y = foo.call(x);  // no mode on this thread, ever
+          if (modes::mode_stack_size() != 0) failed = true;
+        } else {
+          modes::ModeGuard g(mode);
+          y = foo.call(x);
+        }
+        // Without the rule: x. With it: x + 1. Anything else is a torn read.
+        const double v = y.to_vector<float>()[0];
+        if (t == 0 ? v != t : (v != t && v != t + 1)) failed = true;
+      }
+      ++done;
+    });
+  }
+  threads.emplace_back([&] {
+    int i = 0;
+    while (done.load() < 3) {
+      RegistrationOwnerGuard owner("churn@" + std::to_string(i++));
+      Library bundle(Library::IMPL, "mode_conc");
+      modes::register_torch_dispatch<AddOneMode>(
+          "mode_conc::foo",
+          [](AddOneMode&, const OperatorHandle&, const modes::TensorTypes&, Stack args) -> Stack {
+            return {ops::add(args[0].toTensor(), 1)};
+          },
+          bundle);
+      modes::register_mode_type("churn_mode", "", [] { return std::make_shared<AddOneMode>(); }, bundle);
+      std::this_thread::yield();
+    }
+  });
+  for (auto& th : threads) th.join();
+  EXPECT_FALSE(failed.load());
+  EXPECT_TRUE(Dispatcher::singleton().rules(foo.operator_name()).empty());
+  Dispatcher::singleton().reclaimRetiredKernels();
+}
+
+}  // namespace
+}  // namespace strata
