@@ -20,6 +20,10 @@ struct Subcommand {
 };
 
 constexpr Subcommand kSubcommands[] = {
+    {"serve", "Load the plugin directory and stay up, applying admin changes live", &strata::host::runServeCommand},
+    {"plugins", "List bundles; pin, unpin, disable or enable one", &strata::host::runPluginsCommand},
+    {"kernel", "Disable or enable a kernel in every host (--wait for them)", &strata::host::runKernelCommand},
+    {"audit", "Print the audit log of admin actions", &strata::host::runAuditCommand},
     {"schema", "Canonicalize operator schemas (arguments or one per line on stdin)",
      &strata::host::runSchemaCommand},
     {"ops", "List the registered operators and their schemas", &strata::host::runOpsCommand},

@@ -1,6 +1,7 @@
 // The strata subcommands. Each takes its own arguments (argv[0] first, e.g.
 // "strata schema") and returns the process exit status:
-//   0 success, 1 some input was invalid, 2 the command line itself was wrong.
+//   0 success, 1 some input was invalid (or an operation failed), 2 the command line
+//   itself was wrong, 3 a --wait timed out.
 #pragma once
 
 #include <QCommandLineParser>
@@ -8,11 +9,38 @@
 #include <QStringList>
 #include <QTextStream>
 
+#include <memory>
+
+namespace strata::db {
+class Store;
+}
+
 namespace strata::host {
+
+class PluginHost;
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitInvalidInput = 1;
 inline constexpr int kExitUsage = 2;
+// kernel ... --wait: some live host did not apply the change in time.
+inline constexpr int kExitTimeout = 3;
+
+// --plugins, --db and --actor, shared by the commands that use the host or the store.
+void addHostOptions(QCommandLineParser& parser, bool with_plugins = true);
+QString pluginDirOption(const QCommandLineParser& parser);
+QString storeOption(const QCommandLineParser& parser);
+// --actor, else the login name.
+QString actorOption(const QCommandLineParser& parser);
+
+// A store and, for ops/dump/call, the plugin directory loaded into this process
+// ("no host involved"). Throws db::StoreError when the store cannot be opened.
+struct Session {
+  std::unique_ptr<db::Store> store;
+  std::unique_ptr<PluginHost> host;
+  Session();
+  ~Session();
+};
+std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load_plugins);
 
 // QCommandLineParser's help names the binary (argv[0]); ours names the
 // subcommand ("Usage: strata schema [options] ...").
@@ -43,6 +71,10 @@ int runDemoCommand(const QStringList& args);
 int runOpsCommand(const QStringList& args);
 int runDumpCommand(const QStringList& args);
 int runModesCommand(const QStringList& args);
+int runServeCommand(const QStringList& args);
+int runPluginsCommand(const QStringList& args);
+int runKernelCommand(const QStringList& args);
+int runAuditCommand(const QStringList& args);
 int runCallCommand(const QStringList& args);
 
 }  // namespace strata::host

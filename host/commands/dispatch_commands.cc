@@ -6,6 +6,8 @@
 #include <QTextStream>
 
 #include "call_args.h"
+#include "plugin_host.h"
+#include "strata/db/store.h"
 #include "commands/commands.h"
 #include "strata/dispatcher.h"
 #include "strata/modes/dispatch_mode.h"
@@ -108,6 +110,7 @@ int runOpsCommand(const QStringList& args) {
       "PATTERN, only the operators whose name contains it.");
   parser.addHelpOption();
   parser.addOption({"json", "Print a JSON array: name, schema and registrations (key, kind, owner, debug, enabled)."});
+  addHostOptions(parser);
   parser.addPositionalArgument("pattern", "A substring of the operator names to show.", "[PATTERN]");
   QTextStream out(stdout);
   QTextStream err(stderr);
@@ -116,6 +119,13 @@ int runOpsCommand(const QStringList& args) {
   if (pos.size() > 1) {
     err << args.first() << ": at most one PATTERN\n";
     return kExitUsage;
+  }
+  std::unique_ptr<Session> session;
+  try {
+    session = openSession(parser, true);
+  } catch (const std::exception& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitInvalidInput;
   }
   const std::string pattern = pos.isEmpty() ? "" : pos.first().toStdString();
   QJsonArray all;
@@ -171,6 +181,7 @@ int runDumpCommand(const QStringList& args) {
       "implicit kernel, autograd kernel, backend fallback, fallthrough, missing).");
   parser.addHelpOption();
   parser.addOption({"json", "Print the same as a JSON object."});
+  addHostOptions(parser);
   parser.addPositionalArgument("op", "The operator: ns::name or ns::name.overload.", "OP");
   QTextStream out(stdout);
   QTextStream err(stderr);
@@ -180,6 +191,7 @@ int runDumpCommand(const QStringList& args) {
     return kExitUsage;
   }
   try {
+    auto session = openSession(parser, true);
     const OperatorName name = parseOperatorName(parser.positionalArguments().first().toStdString());
     if (parser.isSet("json")) {
       STRATA_CHECK(Dispatcher::singleton().findOp(name).has_value(), NotImplemented, "no operator named ", name.str());
@@ -188,7 +200,7 @@ int runDumpCommand(const QStringList& args) {
       out << q(Dispatcher::singleton().dump(name));
     }
     return kExitOk;
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     err << "error: " << e.what() << "\n";
     return kExitInvalidInput;
   }
@@ -215,6 +227,7 @@ int runCallCommand(const QStringList& args) {
                             "the last one given is the innermost, and sees the call first.",
                     "NAME"});
   parser.addOption({"json", "With --mode trace: print the recorded graph as JSON."});
+  addHostOptions(parser);
   parser.addPositionalArgument("op", "The operator: ns::name or ns::name.overload.", "OP");
   parser.addPositionalArgument("args", "Its arguments.", "[ARG...]");
   QTextStream out(stdout);
@@ -232,7 +245,9 @@ int runCallCommand(const QStringList& args) {
       only_positional = true;
     } else {
       options << a;
-      if ((a == "--seed" || a == "-seed" || a == "--mode" || a == "-mode") && i + 1 < args.size()) {
+      static const QStringList kWithValue{"--seed", "-seed", "--mode", "-mode", "--plugins", "-plugins",
+                                          "--db", "-db", "--actor", "-actor"};
+      if (kWithValue.contains(a) && i + 1 < args.size()) {
         options << args[++i];
       }
     }
@@ -249,6 +264,7 @@ int runCallCommand(const QStringList& args) {
     return kExitUsage;
   }
   try {
+    auto session = openSession(parser, true);
     const std::string op_text = positional.first().toStdString();
     const QStringList words = positional.mid(1);
     // "ns::name" with no default overload: the first overload the arguments fit,
@@ -295,7 +311,10 @@ int runCallCommand(const QStringList& args) {
     for (const IValue& v : stack) out << q(v.isTensor() ? v.toTensor().str() : v.repr()) << "\n";
     for (size_t i = 0; i < pushed.size(); ++i) {
       const auto* trace = dynamic_cast<const modes::TraceMode*>(pushed[i].get());
-      if (trace == nullptr) continue;
+      if (trace == nullptr) {
+        if (const std::string sm = pushed[i]->summary(); !sm.empty()) out << q(sm) << "\n";
+        continue;
+      }
       const modes::TraceGraph g = trace->graph();
       if (parser.isSet("json")) {
         out << q(g.json());
@@ -304,7 +323,7 @@ int runCallCommand(const QStringList& args) {
       }
     }
     return kExitOk;
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     err << "error: " << e.what() << "\n";
     return kExitInvalidInput;
   }

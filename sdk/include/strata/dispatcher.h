@@ -431,6 +431,29 @@ class STRATA_API Dispatcher {
   friend class OperatorHandle;
   friend class OperatorEntry;
   friend class KernelHandle;
+  friend class RegistrationBatch;
+};
+
+// Note [Registration batches]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// While a RegistrationBatch is open on a thread, the registrations and removals
+// that thread makes are checked and recorded at once (errors are thrown at the call
+// that causes them) but no dispatch table is republished: calls on other threads
+// keep seeing the tables as they were. When the batch ends, every table it touched
+// is recomputed and published under one hold of the dispatcher's lock. The host
+// loads a bundle inside a batch, and on failure removes what the bundle registered
+// before the batch ends, so calls see the bundle all at once or not at all (Note
+// [The load transaction] in host/). One thread at a time may hold a batch; batches
+// nest on that thread.
+class STRATA_API RegistrationBatch {
+ public:
+  RegistrationBatch();
+  RegistrationBatch(const RegistrationBatch&) = delete;
+  RegistrationBatch& operator=(const RegistrationBatch&) = delete;
+  ~RegistrationBatch();
+
+ private:
+  Dispatcher* d_;
 };
 
 // --- The torch.library-style functions. `op` is "ns::name" or "ns::name.overload";

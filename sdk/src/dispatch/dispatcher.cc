@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iomanip>
 #include <mutex>
+#include <thread>
 #include <sstream>
 #include <set>
 #include <unordered_map>
@@ -349,7 +350,22 @@ struct Dispatcher::Impl {
     return {};
   }
 
+  // Note [Registration batches]: while a batch is open, recompute() only marks the
+  // entry; the batch publishes every marked entry at once when it ends.
+  int batch_depth = 0;
+  std::thread::id batch_thread;
+  std::set<OperatorEntry*> batch_dirty;
+  bool batch_all = false;
+
   void recompute(OperatorEntry& e) {
+    if (batch_depth > 0 && batch_thread == std::this_thread::get_id()) {
+      batch_dirty.insert(&e);
+      return;
+    }
+    publish(e);
+  }
+
+  void publish(OperatorEntry& e) {
     uint64_t mask = 0;
     const bool alive = e.alive();
     for (size_t i = 0; i < kNumRuntimeKeySlots; ++i) {
@@ -374,7 +390,11 @@ struct Dispatcher::Impl {
   }
 
   void recomputeAll() {
-    for (auto& [_, e] : ops) recompute(*e);
+    if (batch_depth > 0 && batch_thread == std::this_thread::get_id()) {
+      batch_all = true;
+      return;
+    }
+    for (auto& [_, e] : ops) publish(*e);
   }
 
   void retire(std::shared_ptr<KernelRecord> r) {
@@ -860,6 +880,29 @@ KernelHandle Dispatcher::getKernel(const OperatorName& op, DispatchKey key) {
   h.owner_ = r->owner;
   h.debug_ = r->debug;
   return h;
+}
+
+RegistrationBatch::RegistrationBatch() : d_(&Dispatcher::singleton()) {
+  auto& impl = *d_->impl_;
+  std::unique_lock<std::mutex> lock(impl.mu);
+  STRATA_CHECK(impl.batch_depth == 0 || impl.batch_thread == std::this_thread::get_id(), Value,
+               "a registration batch is already open on another thread");
+  impl.batch_thread = std::this_thread::get_id();
+  ++impl.batch_depth;
+}
+
+RegistrationBatch::~RegistrationBatch() {
+  auto& impl = *d_->impl_;
+  std::lock_guard<std::mutex> lock(impl.mu);
+  if (--impl.batch_depth > 0) return;
+  if (impl.batch_all) {
+    for (auto& [_, e] : impl.ops) impl.publish(*e);
+  } else {
+    for (OperatorEntry* e : impl.batch_dirty) impl.publish(*e);
+  }
+  impl.batch_dirty.clear();
+  impl.batch_all = false;
+  impl.batch_thread = {};
 }
 
 size_t Dispatcher::reclaimRetiredKernels() {

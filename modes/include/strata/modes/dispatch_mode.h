@@ -111,6 +111,8 @@ class STRATA_MODES_API DispatchMode {
 
   // For messages, dumps and the CLI; the demangled type name unless overridden.
   virtual std::string name() const;
+  // What the mode found, for people (`strata call --mode` prints it); "" for nothing.
+  virtual std::string summary() const { return {}; }
 };
 
 // Runs op on args through the dispatcher (what a handler calls for "the layer

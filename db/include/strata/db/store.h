@@ -1,0 +1,141 @@
+// The store: one SQLite file that keeps what the host saw, what admins changed and
+// who changed what. It knows records, not Qt and not the dispatcher.
+//
+// Opened in WAL mode with a busy timeout, so a host and admin commands share it;
+// the schema is migrated on open, keyed by PRAGMA user_version (Note [Store
+// migrations] in store.cc); every statement is prepared and bound. The audit log is
+// append-only: triggers refuse UPDATE and DELETE on it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace strata::db {
+
+// Every failure names the file and says why.
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct BundleRow {
+  std::string name, version, path, sha256;
+  std::string state;   // loaded, rejected, superseded, removed, disabled
+  std::string reason;  // why, for every state but loaded
+  std::string description;
+  std::string first_seen, last_loaded;
+};
+
+struct OperatorRow {
+  std::string name, schema, owner;
+};
+
+struct RegistrationRow {
+  std::string op, key, kind, owner, debug;
+};
+
+struct KernelStateRow {
+  std::string op, key;
+  bool enabled = true;
+  std::string reason, actor, time;
+};
+
+struct PinRow {
+  std::string name, version, actor, time;
+};
+
+struct HostRow {
+  std::string id;
+  int64_t pid = 0;
+  std::string started, heartbeat;
+  int64_t last_applied = 0;
+};
+
+struct AuditRow {
+  int64_t id = 0;
+  std::string time, actor, action, target, before, after;
+};
+
+class Store {
+ public:
+  static constexpr int kSchemaVersion = 2;
+  // The DDL that takes a store from version v-1 to v (v = 1..kSchemaVersion).
+  static const char* migrationSql(int v);
+
+  // Opens (creating) the file and migrates it. StoreError: not a database, a schema
+  // newer than this build, unwritable, ...
+  explicit Store(const std::string& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const std::string& path() const { return path_; }
+  int schemaVersion();
+  // Changes when another connection commits (PRAGMA data_version).
+  int64_t dataVersion();
+  // Runs f in one IMMEDIATE transaction: all of it or none.
+  void transaction(const std::function<void()>& f);
+
+  // --- Bundles seen, keyed by sha256. ---
+  void upsertBundle(const BundleRow& row);  // keeps first_seen; sets last_loaded when state is loaded
+  std::vector<BundleRow> bundles();
+  // Marks every bundle not in `present` (sha256s) and not already removed as removed.
+  void markRemovedExcept(const std::set<std::string>& present);
+
+  // --- What a loaded bundle registered (replaced per owner). ---
+  void replaceRegistrations(const std::string& owner, const std::vector<OperatorRow>& ops,
+                            const std::vector<RegistrationRow>& regs);
+  void clearRegistrations(const std::string& owner);
+  std::vector<OperatorRow> operators();
+  std::vector<RegistrationRow> registrations(const std::string& op = "");
+
+  // --- Admin state. Each returns the change id and writes an audit row. ---
+  int64_t setKernelState(const std::string& op, const std::string& key, bool enabled, const std::string& reason,
+                         const std::string& actor);
+  std::vector<KernelStateRow> kernelStates();
+  int64_t pin(const std::string& name, const std::string& version, const std::string& actor);
+  int64_t unpin(const std::string& name, const std::string& actor);
+  std::vector<PinRow> pins();
+  int64_t setBundleDisabled(const std::string& name, bool disabled, const std::string& reason, const std::string& actor);
+  std::set<std::string> disabledBundles();
+  // The newest change id (0 when none).
+  int64_t latestChange();
+
+  // --- Running hosts. ---
+  void registerHost(const std::string& id, int64_t pid);
+  void heartbeat(const std::string& id, int64_t last_applied);
+  void removeHost(const std::string& id);
+  std::vector<HostRow> hosts();
+  // Seconds since the host's last heartbeat (by the database's clock).
+  double secondsSinceHeartbeat(const std::string& id);
+
+  // --- The audit log. ---
+  void audit(const std::string& actor, const std::string& action, const std::string& target,
+             const std::string& before, const std::string& after);
+  // since: an ISO time ("2026-11-22", "2026-11-22T10:00:00"); op: rows whose target is op or starts with "op ".
+  std::vector<AuditRow> auditLog(const std::string& since = "", const std::string& op = "");
+
+  // Low level, for tests and migrations: runs SQL (each statement prepared in turn).
+  void exec(const std::string& sql);
+
+ private:
+  class Stmt;
+  Stmt prepare(const char* sql);
+  [[noreturn]] void fail(const std::string& what);
+  int64_t addChange(const std::string& kind, const std::string& target);
+  void migrate();
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+};
+
+}  // namespace strata::db

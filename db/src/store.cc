@@ -1,0 +1,515 @@
+#include "strata/db/store.h"
+
+#include <sqlite3.h>
+
+#include <cstring>
+#include <utility>
+
+namespace strata::db {
+
+// Note [Store migrations]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// PRAGMA user_version is the schema version of the file. Opening a store runs, in
+// one transaction each, the migrations from the file's version up to
+// kSchemaVersion; a file newer than this build is refused (never downgraded), so
+// an old binary cannot damage a new store. Migrations only add: tables, columns,
+// triggers. Version 1 is the registry (bundles, operators, registrations, kernel
+// state, pins, audit); version 2 adds running hosts, the change feed hosts poll,
+// and bundle admin state.
+
+namespace {
+
+const char* const kMigrations[] = {
+    // 1
+    R"sql(
+CREATE TABLE bundles (
+  sha256 TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  version TEXT NOT NULL,
+  path TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('loaded', 'rejected', 'superseded', 'removed', 'disabled')),
+  reason TEXT NOT NULL DEFAULT '',
+  first_seen TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  last_loaded TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE operators (
+  name TEXT PRIMARY KEY,
+  schema TEXT NOT NULL,
+  owner TEXT NOT NULL
+);
+CREATE TABLE registrations (
+  op TEXT NOT NULL,
+  key TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  owner TEXT NOT NULL,
+  debug TEXT NOT NULL
+);
+CREATE INDEX registrations_owner ON registrations(owner);
+CREATE TABLE kernel_state (
+  op TEXT NOT NULL,
+  key TEXT NOT NULL,
+  enabled INTEGER NOT NULL,
+  reason TEXT NOT NULL DEFAULT '',
+  actor TEXT NOT NULL,
+  time TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  PRIMARY KEY (op, key)
+);
+CREATE TABLE pins (
+  name TEXT PRIMARY KEY,
+  version TEXT NOT NULL,
+  actor TEXT NOT NULL,
+  time TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+CREATE TABLE audit (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  time TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  actor TEXT NOT NULL,
+  action TEXT NOT NULL,
+  target TEXT NOT NULL,
+  before TEXT NOT NULL DEFAULT '',
+  after TEXT NOT NULL DEFAULT ''
+);
+CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+  BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: UPDATE refused'); END;
+CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+  BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: DELETE refused'); END;
+)sql",
+    // 2
+    R"sql(
+ALTER TABLE bundles ADD COLUMN description TEXT NOT NULL DEFAULT '';
+CREATE TABLE hosts (
+  id TEXT PRIMARY KEY,
+  pid INTEGER NOT NULL,
+  started TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  heartbeat TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  last_applied INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE changes (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  time TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  kind TEXT NOT NULL,
+  target TEXT NOT NULL
+);
+CREATE TABLE bundle_admin (
+  name TEXT PRIMARY KEY,
+  disabled INTEGER NOT NULL,
+  reason TEXT NOT NULL DEFAULT '',
+  actor TEXT NOT NULL,
+  time TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+)sql",
+};
+static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
+
+}  // namespace
+
+// A prepared statement: bind in order, then step.
+class Store::Stmt {
+ public:
+  Stmt(Store* store, sqlite3_stmt* s) : store_(store), s_(s) {}
+  Stmt(Stmt&& o) noexcept : store_(o.store_), s_(std::exchange(o.s_, nullptr)) {}
+  Stmt(const Stmt&) = delete;
+  ~Stmt() {
+    if (s_ != nullptr) sqlite3_finalize(s_);
+  }
+  Stmt& bind(const std::string& v) {
+    check(sqlite3_bind_text(s_, ++n_, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+    return *this;
+  }
+  Stmt& bind(const char* v) { return bind(std::string(v)); }
+  Stmt& bind(int64_t v) {
+    check(sqlite3_bind_int64(s_, ++n_, v));
+    return *this;
+  }
+  Stmt& bind(int v) { return bind(static_cast<int64_t>(v)); }
+  Stmt& bind(bool v) { return bind(static_cast<int64_t>(v ? 1 : 0)); }
+  // True while there is a row.
+  bool step() {
+    const int rc = sqlite3_step(s_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    store_->fail(sqlite3_sql(s_));
+  }
+  void run() {
+    while (step()) {
+    }
+  }
+  std::string text(int i) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, i));
+    return p != nullptr ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, i))) : std::string();
+  }
+  int64_t integer(int i) const { return sqlite3_column_int64(s_, i); }
+  double real(int i) const { return sqlite3_column_double(s_, i); }
+
+ private:
+  void check(int rc) {
+    if (rc != SQLITE_OK) store_->fail("binding a parameter");
+  }
+  Store* store_;
+  sqlite3_stmt* s_;
+  int n_ = 0;
+};
+
+const char* Store::migrationSql(int v) { return v >= 1 && v <= kSchemaVersion ? kMigrations[v - 1] : nullptr; }
+
+Store::Store(const std::string& path) : path_(path) {
+  const int rc = sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                                 nullptr);
+  if (rc != SQLITE_OK) {
+    const std::string why = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw StoreError("store " + path + ": cannot open: " + why);
+  }
+  sqlite3_busy_timeout(db_, 5000);
+  sqlite3_extended_result_codes(db_, 1);
+  try {
+    {
+      Stmt s = prepare("PRAGMA journal_mode=WAL");
+      s.run();
+    }
+    prepare("PRAGMA foreign_keys=ON").run();
+    migrate();
+  } catch (...) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw;
+  }
+}
+
+Store::~Store() {
+  if (db_ != nullptr) sqlite3_close(db_);
+}
+
+void Store::fail(const std::string& what) {
+  throw StoreError("store " + path_ + ": " + sqlite3_errmsg(db_) + " (in: " + what + ")");
+}
+
+Store::Stmt Store::prepare(const char* sql) {
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(db_, sql, -1, &s, nullptr) != SQLITE_OK) fail(sql);
+  return Stmt(this, s);
+}
+
+void Store::exec(const std::string& sql) {
+  const char* p = sql.c_str();
+  while (*p != '\0') {
+    sqlite3_stmt* s = nullptr;
+    const char* tail = nullptr;
+    if (sqlite3_prepare_v2(db_, p, -1, &s, &tail) != SQLITE_OK) fail(p);
+    if (s != nullptr) Stmt(this, s).run();
+    p = tail;
+  }
+}
+
+void Store::transaction(const std::function<void()>& f) {
+  exec("BEGIN IMMEDIATE");
+  try {
+    f();
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+int Store::schemaVersion() {
+  Stmt s = prepare("PRAGMA user_version");
+  return s.step() ? static_cast<int>(s.integer(0)) : 0;
+}
+
+void Store::migrate() {
+  const int have = schemaVersion();
+  if (have > kSchemaVersion) {
+    throw StoreError("store " + path_ + ": schema version " + std::to_string(have) +
+                     " was written by a newer strata (this one knows up to " + std::to_string(kSchemaVersion) +
+                     "); refusing to open it");
+  }
+  for (int v = have + 1; v <= kSchemaVersion; ++v) {
+    transaction([&] {
+      exec(kMigrations[v - 1]);
+      exec("PRAGMA user_version = " + std::to_string(v));
+    });
+  }
+}
+
+int64_t Store::dataVersion() {
+  Stmt s = prepare("PRAGMA data_version");
+  return s.step() ? s.integer(0) : 0;
+}
+
+// --- Bundles ---
+
+void Store::upsertBundle(const BundleRow& r) {
+  const bool loaded = r.state == "loaded";
+  prepare(
+      "INSERT INTO bundles (sha256, name, version, path, state, reason, description, last_loaded) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, CASE WHEN ? THEN strftime('%Y-%m-%dT%H:%M:%fZ', 'now') ELSE '' END) "
+      "ON CONFLICT (sha256) DO UPDATE SET name = excluded.name, version = excluded.version, path = excluded.path, "
+      "state = excluded.state, reason = excluded.reason, description = excluded.description, "
+      "last_loaded = CASE WHEN ? THEN excluded.last_loaded ELSE bundles.last_loaded END")
+      .bind(r.sha256)
+      .bind(r.name)
+      .bind(r.version)
+      .bind(r.path)
+      .bind(r.state)
+      .bind(r.reason)
+      .bind(r.description)
+      .bind(loaded)
+      .bind(loaded)
+      .run();
+}
+
+std::vector<BundleRow> Store::bundles() {
+  Stmt s = prepare(
+      "SELECT name, version, path, sha256, state, reason, description, first_seen, last_loaded FROM bundles "
+      "ORDER BY name, version, path");
+  std::vector<BundleRow> out;
+  while (s.step()) {
+    out.push_back({s.text(0), s.text(1), s.text(2), s.text(3), s.text(4), s.text(5), s.text(6), s.text(7), s.text(8)});
+  }
+  return out;
+}
+
+void Store::markRemovedExcept(const std::set<std::string>& present) {
+  transaction([&] {
+    std::vector<std::string> gone;
+    {
+      Stmt s = prepare("SELECT sha256 FROM bundles WHERE state != 'removed'");
+      while (s.step()) {
+        if (present.count(s.text(0)) == 0) gone.push_back(s.text(0));
+      }
+    }
+    for (const auto& sha : gone) {
+      prepare("UPDATE bundles SET state = 'removed', reason = 'the file left the plugin directory' WHERE sha256 = ?")
+          .bind(sha)
+          .run();
+    }
+  });
+}
+
+// --- Registrations ---
+
+void Store::replaceRegistrations(const std::string& owner, const std::vector<OperatorRow>& ops,
+                                 const std::vector<RegistrationRow>& regs) {
+  transaction([&] {
+    prepare("DELETE FROM registrations WHERE owner = ?").bind(owner).run();
+    prepare("DELETE FROM operators WHERE owner = ?").bind(owner).run();
+    for (const auto& o : ops) {
+      prepare("INSERT OR REPLACE INTO operators (name, schema, owner) VALUES (?, ?, ?)")
+          .bind(o.name)
+          .bind(o.schema)
+          .bind(o.owner)
+          .run();
+    }
+    for (const auto& r : regs) {
+      prepare("INSERT INTO registrations (op, key, kind, owner, debug) VALUES (?, ?, ?, ?, ?)")
+          .bind(r.op)
+          .bind(r.key)
+          .bind(r.kind)
+          .bind(r.owner)
+          .bind(r.debug)
+          .run();
+    }
+  });
+}
+
+void Store::clearRegistrations(const std::string& owner) { replaceRegistrations(owner, {}, {}); }
+
+std::vector<OperatorRow> Store::operators() {
+  Stmt s = prepare("SELECT name, schema, owner FROM operators ORDER BY name");
+  std::vector<OperatorRow> out;
+  while (s.step()) out.push_back({s.text(0), s.text(1), s.text(2)});
+  return out;
+}
+
+std::vector<RegistrationRow> Store::registrations(const std::string& op) {
+  Stmt s = prepare("SELECT op, key, kind, owner, debug FROM registrations WHERE ? = '' OR op = ? ORDER BY op, key");
+  s.bind(op).bind(op);
+  std::vector<RegistrationRow> out;
+  while (s.step()) out.push_back({s.text(0), s.text(1), s.text(2), s.text(3), s.text(4)});
+  return out;
+}
+
+// --- Admin state ---
+
+int64_t Store::addChange(const std::string& kind, const std::string& target) {
+  prepare("INSERT INTO changes (kind, target) VALUES (?, ?)").bind(kind).bind(target).run();
+  return sqlite3_last_insert_rowid(db_);
+}
+
+int64_t Store::setKernelState(const std::string& op, const std::string& key, bool enabled, const std::string& reason,
+                              const std::string& actor) {
+  int64_t change = 0;
+  transaction([&] {
+    std::string before = "enabled";
+    {
+      Stmt s = prepare("SELECT enabled FROM kernel_state WHERE op = ? AND key = ?");
+      s.bind(op).bind(key);
+      if (s.step()) before = s.integer(0) != 0 ? "enabled" : "disabled";
+    }
+    prepare(
+        "INSERT INTO kernel_state (op, key, enabled, reason, actor) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (op, key) DO UPDATE SET enabled = excluded.enabled, reason = excluded.reason, "
+        "actor = excluded.actor, time = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')")
+        .bind(op)
+        .bind(key)
+        .bind(enabled)
+        .bind(reason)
+        .bind(actor)
+        .run();
+    audit(actor, enabled ? "kernel.enable" : "kernel.disable", op + " " + key, before,
+          std::string(enabled ? "enabled" : "disabled") + (reason.empty() ? "" : ": " + reason));
+    change = addChange("kernel", op + " " + key);
+  });
+  return change;
+}
+
+std::vector<KernelStateRow> Store::kernelStates() {
+  Stmt s = prepare("SELECT op, key, enabled, reason, actor, time FROM kernel_state ORDER BY op, key");
+  std::vector<KernelStateRow> out;
+  while (s.step()) out.push_back({s.text(0), s.text(1), s.integer(2) != 0, s.text(3), s.text(4), s.text(5)});
+  return out;
+}
+
+int64_t Store::pin(const std::string& name, const std::string& version, const std::string& actor) {
+  int64_t change = 0;
+  transaction([&] {
+    std::string before;
+    {
+      Stmt s = prepare("SELECT version FROM pins WHERE name = ?");
+      s.bind(name);
+      if (s.step()) before = s.text(0);
+    }
+    prepare(
+        "INSERT INTO pins (name, version, actor) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+        "version = excluded.version, actor = excluded.actor, time = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')")
+        .bind(name)
+        .bind(version)
+        .bind(actor)
+        .run();
+    audit(actor, "bundle.pin", name, before, version);
+    change = addChange("pin", name);
+  });
+  return change;
+}
+
+int64_t Store::unpin(const std::string& name, const std::string& actor) {
+  int64_t change = 0;
+  transaction([&] {
+    std::string before;
+    {
+      Stmt s = prepare("SELECT version FROM pins WHERE name = ?");
+      s.bind(name);
+      if (s.step()) before = s.text(0);
+    }
+    prepare("DELETE FROM pins WHERE name = ?").bind(name).run();
+    audit(actor, "bundle.unpin", name, before, "");
+    change = addChange("pin", name);
+  });
+  return change;
+}
+
+std::vector<PinRow> Store::pins() {
+  Stmt s = prepare("SELECT name, version, actor, time FROM pins ORDER BY name");
+  std::vector<PinRow> out;
+  while (s.step()) out.push_back({s.text(0), s.text(1), s.text(2), s.text(3)});
+  return out;
+}
+
+int64_t Store::setBundleDisabled(const std::string& name, bool disabled, const std::string& reason,
+                                 const std::string& actor) {
+  int64_t change = 0;
+  transaction([&] {
+    std::string before = "enabled";
+    {
+      Stmt s = prepare("SELECT disabled FROM bundle_admin WHERE name = ?");
+      s.bind(name);
+      if (s.step() && s.integer(0) != 0) before = "disabled";
+    }
+    prepare(
+        "INSERT INTO bundle_admin (name, disabled, reason, actor) VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE "
+        "SET disabled = excluded.disabled, reason = excluded.reason, actor = excluded.actor, "
+        "time = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')")
+        .bind(name)
+        .bind(disabled)
+        .bind(reason)
+        .bind(actor)
+        .run();
+    audit(actor, disabled ? "bundle.disable" : "bundle.enable", name, before,
+          std::string(disabled ? "disabled" : "enabled") + (reason.empty() ? "" : ": " + reason));
+    change = addChange("bundle", name);
+  });
+  return change;
+}
+
+std::set<std::string> Store::disabledBundles() {
+  Stmt s = prepare("SELECT name FROM bundle_admin WHERE disabled != 0");
+  std::set<std::string> out;
+  while (s.step()) out.insert(s.text(0));
+  return out;
+}
+
+int64_t Store::latestChange() {
+  Stmt s = prepare("SELECT COALESCE(MAX(id), 0) FROM changes");
+  return s.step() ? s.integer(0) : 0;
+}
+
+// --- Hosts ---
+
+void Store::registerHost(const std::string& id, int64_t pid) {
+  prepare("INSERT OR REPLACE INTO hosts (id, pid) VALUES (?, ?)").bind(id).bind(pid).run();
+}
+
+void Store::heartbeat(const std::string& id, int64_t last_applied) {
+  prepare(
+      "UPDATE hosts SET heartbeat = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), last_applied = MAX(last_applied, ?) "
+      "WHERE id = ?")
+      .bind(last_applied)
+      .bind(id)
+      .run();
+}
+
+void Store::removeHost(const std::string& id) { prepare("DELETE FROM hosts WHERE id = ?").bind(id).run(); }
+
+std::vector<HostRow> Store::hosts() {
+  Stmt s = prepare("SELECT id, pid, started, heartbeat, last_applied FROM hosts ORDER BY started");
+  std::vector<HostRow> out;
+  while (s.step()) out.push_back({s.text(0), s.integer(1), s.text(2), s.text(3), s.integer(4)});
+  return out;
+}
+
+double Store::secondsSinceHeartbeat(const std::string& id) {
+  Stmt s = prepare(
+      "SELECT (julianday('now') - julianday(heartbeat)) * 86400.0 FROM hosts WHERE id = ?");
+  s.bind(id);
+  return s.step() ? s.real(0) : 1e9;
+}
+
+// --- Audit ---
+
+void Store::audit(const std::string& actor, const std::string& action, const std::string& target,
+                  const std::string& before, const std::string& after) {
+  prepare("INSERT INTO audit (actor, action, target, before, after) VALUES (?, ?, ?, ?, ?)")
+      .bind(actor)
+      .bind(action)
+      .bind(target)
+      .bind(before)
+      .bind(after)
+      .run();
+}
+
+std::vector<AuditRow> Store::auditLog(const std::string& since, const std::string& op) {
+  Stmt s = prepare(
+      "SELECT id, time, actor, action, target, before, after FROM audit "
+      "WHERE (? = '' OR time >= ?) AND (? = '' OR target = ? OR substr(target, 1, length(?) + 1) = ? || ' ') "
+      "ORDER BY id");
+  s.bind(since).bind(since).bind(op).bind(op).bind(op).bind(op);
+  std::vector<AuditRow> out;
+  while (s.step()) {
+    out.push_back({s.integer(0), s.text(1), s.text(2), s.text(3), s.text(4), s.text(5), s.text(6)});
+  }
+  return out;
+}
+
+}  // namespace strata::db

@@ -1,0 +1,376 @@
+// strata serve / plugins / kernel / audit: the host and its store from the command line.
+#include <QCoreApplication>
+#include <QDateTime>
+#include <QSysInfo>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLoggingCategory>
+#include <QThread>
+#include <QTimer>
+
+#include <atomic>
+#include <csignal>
+#include <set>
+#include <unistd.h>
+
+#include "commands/commands.h"
+#include "plugin_host.h"
+#include "strata/db/store.h"
+#include "strata/dispatcher.h"
+
+Q_DECLARE_LOGGING_CATEGORY(lcHost)
+
+namespace strata::host {
+
+namespace {
+
+QString q(const std::string& s) { return QString::fromStdString(s); }
+std::string s(const QString& x) { return x.toStdString(); }
+
+std::atomic<int> g_stop_signal{0};
+extern "C" void onStopSignal(int sig) { g_stop_signal.store(sig); }
+
+QJsonObject toJson(const db::BundleRow& b) {
+  return {{"name", q(b.name)},     {"version", q(b.version)},       {"path", q(b.path)},
+          {"sha256", q(b.sha256)}, {"state", q(b.state)},           {"reason", q(b.reason)},
+          {"description", q(b.description)}, {"first_seen", q(b.first_seen)}, {"last_loaded", q(b.last_loaded)}};
+}
+
+bool hostAlive(const db::HostRow& h, db::Store& store) {
+  if (store.secondsSinceHeartbeat(h.id) > 5.0) return false;
+  const QString local = QSysInfo::machineHostName();
+  if (q(h.id).startsWith(local + ":") && ::kill(static_cast<pid_t>(h.pid), 0) != 0 && errno == ESRCH) return false;
+  return true;
+}
+
+// Waits until every live host applied `change`; returns the hosts that did not.
+QStringList waitForHosts(db::Store& store, int64_t change, double seconds) {
+  QDeadlineTimer deadline(static_cast<qint64>(seconds * 1000));
+  for (;;) {
+    QStringList behind;
+    for (const auto& h : store.hosts()) {
+      if (hostAlive(h, store) && h.last_applied < change) behind << q(h.id);
+    }
+    if (behind.isEmpty() || deadline.hasExpired()) return behind;
+    QThread::msleep(20);
+  }
+}
+
+}  // namespace
+
+void addHostOptions(QCommandLineParser& parser, bool with_plugins) {
+  if (with_plugins) {
+    parser.addOption({"plugins", "The plugin directory (default: $STRATA_PLUGIN_PATH, else the bundled plugins).",
+                      "DIR"});
+  }
+  parser.addOption({"db", "The store (default: $STRATA_DB, else strata.db in the working directory).", "FILE"});
+  parser.addOption({"actor", "Who is acting, for the audit log (default: the login name).", "NAME"});
+}
+
+QString pluginDirOption(const QCommandLineParser& parser) {
+  return parser.isSet("plugins") ? parser.value("plugins") : defaultPluginDir();
+}
+QString storeOption(const QCommandLineParser& parser) {
+  return parser.isSet("db") ? parser.value("db") : defaultStorePath();
+}
+QString actorOption(const QCommandLineParser& parser) {
+  if (parser.isSet("actor") && !parser.value("actor").isEmpty()) return parser.value("actor");
+  const char* login = ::getlogin();
+  if (login != nullptr && *login != '\0') return QString::fromLocal8Bit(login);
+  const QString user = qEnvironmentVariable("USER");
+  return user.isEmpty() ? QString("uid:%1").arg(::getuid()) : user;
+}
+
+Session::Session() = default;
+Session::~Session() = default;
+
+std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load_plugins) {
+  // Loading bundles is the host's news, not this command's: warnings only.
+  QLoggingCategory::setFilterRules("strata.host.info=false");
+  auto session = std::make_unique<Session>();
+  session->store = std::make_unique<db::Store>(s(storeOption(parser)));
+  if (load_plugins) {
+    session->host = std::make_unique<PluginHost>(pluginDirOption(parser), session->store.get());
+    session->host->sync();
+  }
+  return session;
+}
+
+int runServeCommand(const QStringList& args) {
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      "Load the plugin directory and stay up: watch the directory for bundles that\n"
+      "arrive, change or leave, and apply within 100 ms the changes other processes\n"
+      "write to the store (strata kernel disable ..., strata plugins pin ...).\n"
+      "Stops cleanly on SIGINT or SIGTERM.");
+  parser.addHelpOption();
+  addHostOptions(parser);
+  parser.addOption({"json", "Print what was loaded as JSON (then run)."});
+  QTextStream out(stdout);
+  QTextStream err(stderr);
+  if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
+  if (!parser.positionalArguments().isEmpty()) {
+    err << args.first() << ": takes no arguments\n" << helpText(parser, args.first());
+    return kExitUsage;
+  }
+  std::unique_ptr<db::Store> store;
+  try {
+    store = std::make_unique<db::Store>(s(storeOption(parser)));
+  } catch (const db::StoreError& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitInvalidInput;
+  }
+  const QString host_id = QSysInfo::machineHostName() + ":" + QString::number(QCoreApplication::applicationPid());
+  PluginHost host(pluginDirOption(parser), store.get());
+  std::signal(SIGINT, onStopSignal);
+  std::signal(SIGTERM, onStopSignal);
+  try {
+    host.serve(host_id);
+  } catch (const std::exception& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitInvalidInput;
+  }
+  if (parser.isSet("json")) {
+    QJsonArray loaded;
+    for (const auto& [name, l] : host.loaded()) {
+      loaded.append(QJsonObject{{"name", name}, {"version", l.version}, {"path", l.path}});
+    }
+    out << QJsonDocument(QJsonObject{{"host", host_id}, {"plugins", pluginDirOption(parser)},
+                                     {"db", storeOption(parser)}, {"loaded", loaded}})
+               .toJson(QJsonDocument::Compact)
+        << "\n";
+  } else {
+    out << "strata serve: host " << host_id << "\n  plugins: " << pluginDirOption(parser)
+        << "\n  store:   " << storeOption(parser) << "\n";
+    for (const auto& b : store->bundles()) {
+      if (b.state == "removed") continue;
+      out << "  " << q(b.state).leftJustified(11) << q(b.name) << "@" << q(b.version)
+          << (b.reason.empty() ? "" : "  (" + q(b.reason) + ")") << "\n";
+    }
+    out << "ready. From another terminal:\n"
+        << "  strata kernel disable extension_cpp::mymuladd cpu --reason \"try the fallback\" --wait\n"
+        << "  strata call extension_cpp::mymuladd ones(3) ones(3) 2.0 --explain\n"
+        << "  strata kernel enable extension_cpp::mymuladd cpu\n";
+  }
+  out.flush();
+  QTimer stop_timer;
+  QObject::connect(&stop_timer, &QTimer::timeout, [&] {
+    if (g_stop_signal.load() != 0) QCoreApplication::quit();
+  });
+  stop_timer.start(50);
+  QCoreApplication::exec();
+  qCInfo(lcHost) << "stopping on signal" << g_stop_signal.load();
+  try {
+    store->removeHost(s(host_id));
+  } catch (const db::StoreError& e) {
+    err << "warning: " << e.what() << "\n";
+  }
+  return kExitOk;
+}
+
+int runPluginsCommand(const QStringList& args) {
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      "Bundles: list what the plugin directory holds and what became of each\n"
+      "(loaded, rejected, superseded, removed, disabled, with the reason), or change\n"
+      "the admin state that every host applies:\n"
+      "  list                  (default) scan the directory and list every bundle\n"
+      "  show NAME             one bundle's versions, its pin and its registrations\n"
+      "  pin NAME VERSION      load VERSION instead of the highest compatible one\n"
+      "  unpin NAME\n"
+      "  disable NAME          unload it everywhere and keep it unloaded\n"
+      "  enable NAME");
+  parser.addHelpOption();
+  addHostOptions(parser);
+  parser.addOption({"json", "Print JSON."});
+  parser.addOption({"reason", "Why (disable/enable), for the audit log.", "TEXT"});
+  parser.addPositionalArgument("action", "list, show, pin, unpin, disable or enable.", "[ACTION]");
+  QTextStream out(stdout);
+  QTextStream err(stderr);
+  if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
+  QStringList pos = parser.positionalArguments();
+  const QString action = pos.isEmpty() ? "list" : pos.takeFirst();
+  const std::map<QString, int> arity{{"list", 0}, {"show", 1}, {"pin", 2}, {"unpin", 1}, {"disable", 1}, {"enable", 1}};
+  auto a = arity.find(action);
+  if (a == arity.end()) {
+    err << args.first() << ": unknown action '" << action << "'\n" << helpText(parser, args.first());
+    return kExitUsage;
+  }
+  if (pos.size() != a->second) {
+    err << args.first() << " " << action << ": expected " << a->second << " argument(s), got " << pos.size() << "\n";
+    return kExitUsage;
+  }
+  try {
+    const bool scan = action == "list" || action == "show";
+    auto session = openSession(parser, scan);
+    db::Store& store = *session->store;
+    const std::string actor = s(actorOption(parser));
+    if (action == "list" || action == "show") {
+      QJsonArray rows;
+      bool any = false;
+      for (const auto& b : store.bundles()) {
+        if (action == "show" && q(b.name) != pos[0]) continue;
+        any = true;
+        if (parser.isSet("json")) {
+          rows.append(toJson(b));
+          continue;
+        }
+        out << q(b.name).leftJustified(16) << " " << q(b.version).leftJustified(8) << " " << q(b.state).leftJustified(10)
+            << " " << q(b.path) << (b.reason.empty() ? "" : "\n    " + q(b.reason)) << "\n";
+      }
+      if (action == "show") {
+        if (!any) {
+          err << "error: no bundle named '" << pos[0] << "' in " << pluginDirOption(parser) << " or the store\n";
+          return kExitInvalidInput;
+        }
+        for (const auto& p : store.pins()) {
+          if (q(p.name) == pos[0] && !parser.isSet("json")) out << "pinned to " << q(p.version) << " by " << q(p.actor) << "\n";
+        }
+        for (const auto& r : store.registrations()) {
+          if (!q(r.owner).startsWith(pos[0] + "@")) continue;
+          if (parser.isSet("json")) continue;
+          out << "  " << q(r.op) << "  " << q(r.key) << "  " << q(r.kind) << "  owner=" << q(r.owner) << "\n";
+        }
+      }
+      if (parser.isSet("json")) out << QJsonDocument(rows).toJson(QJsonDocument::Indented);
+      return kExitOk;
+    }
+    const std::string name = s(pos[0]);
+    int64_t change = 0;
+    if (action == "pin") change = store.pin(name, s(pos[1]), actor);
+    else if (action == "unpin") change = store.unpin(name, actor);
+    else change = store.setBundleDisabled(name, action == "disable", s(parser.value("reason")), actor);
+    if (parser.isSet("json")) {
+      out << QJsonDocument(QJsonObject{{"action", action}, {"bundle", pos[0]}, {"change", static_cast<qint64>(change)}})
+                 .toJson(QJsonDocument::Compact)
+          << "\n";
+    } else {
+      out << action << " " << pos.join(' ') << ": recorded (change " << change << ")\n";
+    }
+    return kExitOk;
+  } catch (const std::exception& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitInvalidInput;
+  }
+}
+
+int runKernelCommand(const QStringList& args) {
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      "Switch the kernels registered at (OP, DEVICE_OR_KEY) off or on, in the store,\n"
+      "for every host (and every later process). A kernel disabled before its bundle\n"
+      "loads is disabled the moment it loads. DEVICE_OR_KEY: cpu, cuda, meta, default,\n"
+      "or a dispatch key name (AutogradCPU, ...).");
+  parser.addHelpOption();
+  addHostOptions(parser, false);
+  parser.addOption({"reason", "Why, for the audit log.", "TEXT"});
+  parser.addOption({"wait", "Return once every live host has applied the change, or fail (exit 3) after SECS "
+                            "seconds (default 10) naming the hosts that have not."});
+  parser.addOption({"json", "Print the result as JSON."});
+  parser.addPositionalArgument("action", "disable or enable.", "disable|enable");
+  parser.addPositionalArgument("op", "ns::name or ns::name.overload.", "OP");
+  parser.addPositionalArgument("key", "A device type or dispatch key.", "DEVICE_OR_KEY");
+  parser.addPositionalArgument("secs", "With --wait: the timeout in seconds.", "[SECS]");
+  QTextStream out(stdout);
+  QTextStream err(stderr);
+  if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
+  QStringList pos = parser.positionalArguments();
+  double wait_secs = 10.0;
+  if (parser.isSet("wait") && pos.size() == 4) {
+    bool ok = false;
+    wait_secs = pos.takeLast().toDouble(&ok);
+    if (!ok || wait_secs < 0) {
+      err << args.first() << ": --wait expects a number of seconds\n";
+      return kExitUsage;
+    }
+  }
+  if (pos.size() != 3 || (pos[0] != "disable" && pos[0] != "enable")) {
+    err << args.first() << ": expected disable|enable OP DEVICE_OR_KEY\n" << helpText(parser, args.first());
+    return kExitUsage;
+  }
+  const bool enable = pos[0] == "enable";
+  try {
+    const OperatorName op = parseOperatorName(s(pos[1]));
+    const DispatchKey key = parseDispatchKey(s(pos[2]));
+    db::Store store(s(storeOption(parser)));
+    const int64_t change =
+        store.setKernelState(op.str(), toString(key), enable, s(parser.value("reason")), s(actorOption(parser)));
+    QStringList behind;
+    if (parser.isSet("wait")) behind = waitForHosts(store, change, wait_secs);
+    if (parser.isSet("json")) {
+      out << QJsonDocument(QJsonObject{{"op", q(op.str())},
+                                       {"key", toString(key)},
+                                       {"enabled", enable},
+                                       {"change", static_cast<qint64>(change)},
+                                       {"not_applied_by", QJsonArray::fromStringList(behind)}})
+                 .toJson(QJsonDocument::Compact)
+          << "\n";
+    } else {
+      out << (enable ? "enabled " : "disabled ") << q(op.str()) << " " << toString(key) << " (change " << change << ")";
+      if (parser.isSet("wait") && behind.isEmpty()) out << "; applied by every live host";
+      out << "\n";
+    }
+    if (!behind.isEmpty()) {
+      err << "error: not applied within " << wait_secs << " s by: " << behind.join(", ") << "\n";
+      return kExitTimeout;
+    }
+    return kExitOk;
+  } catch (const std::exception& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitInvalidInput;
+  }
+}
+
+int runAuditCommand(const QStringList& args) {
+  QCommandLineParser parser;
+  parser.setApplicationDescription("Print the audit log: who changed what, when, from what to what.");
+  parser.addHelpOption();
+  addHostOptions(parser, false);
+  parser.addOption({"since", "Only rows at or after TIME (ISO 8601, e.g. 2026-11-22 or 2026-11-22T10:00).", "TIME"});
+  parser.addOption({"op", "Only rows about OP.", "OP"});
+  parser.addOption({"json", "Print a JSON array."});
+  QTextStream out(stdout);
+  QTextStream err(stderr);
+  if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
+  if (!parser.positionalArguments().isEmpty()) {
+    err << args.first() << ": takes no arguments\n";
+    return kExitUsage;
+  }
+  QString since = parser.value("since");
+  if (!since.isEmpty()) {
+    QDateTime t = QDateTime::fromString(since, Qt::ISODateWithMs);
+    if (!t.isValid()) t = QDateTime::fromString(since, Qt::ISODate);
+    if (!t.isValid() && QDate::fromString(since, Qt::ISODate).isValid()) {
+      t = QDate::fromString(since, Qt::ISODate).startOfDay(Qt::UTC);
+    }
+    if (!t.isValid()) {
+      err << args.first() << ": --since '" << since << "' is not an ISO 8601 time\n";
+      return kExitUsage;
+    }
+    since = t.toUTC().toString("yyyy-MM-ddTHH:mm:ss.zzzZ");
+  }
+  try {
+    db::Store store(s(storeOption(parser)));
+    const auto rows = store.auditLog(s(since), s(parser.value("op")));
+    QJsonArray all;
+    for (const auto& r : rows) {
+      if (parser.isSet("json")) {
+        all.append(QJsonObject{{"id", static_cast<qint64>(r.id)}, {"time", q(r.time)}, {"actor", q(r.actor)},
+                               {"action", q(r.action)}, {"target", q(r.target)}, {"before", q(r.before)},
+                               {"after", q(r.after)}});
+      } else {
+        out << q(r.time) << "  " << q(r.actor).leftJustified(10) << " " << q(r.action).leftJustified(15) << " "
+            << q(r.target) << ": " << (r.before.empty() ? "-" : q(r.before)) << " -> "
+            << (r.after.empty() ? "-" : q(r.after)) << "\n";
+      }
+    }
+    if (parser.isSet("json")) out << QJsonDocument(all).toJson(QJsonDocument::Indented);
+    return kExitOk;
+  } catch (const std::exception& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitInvalidInput;
+  }
+}
+
+}  // namespace strata::host

@@ -1,0 +1,541 @@
+#include "plugin_host.h"
+
+#include <QCoreApplication>
+#include <QCryptographicHash>
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QJsonArray>
+#include <QJsonObject>
+#include <QLibrary>
+#include <QLoggingCategory>
+#include <QRegularExpression>
+#include <QStandardPaths>
+
+#include <algorithm>
+
+#include "strata/dispatcher.h"
+#include "strata/modes/dispatch_mode.h"
+
+Q_LOGGING_CATEGORY(lcHost, "strata.host")
+
+namespace strata::host {
+
+namespace {
+
+QString q(const std::string& s) { return QString::fromStdString(s); }
+
+bool isName(const QString& s) {
+  static const QRegularExpression re("^[A-Za-z0-9_.-]+$");
+  return re.match(s).hasMatch();
+}
+bool isIdentifier(const QString& s) {
+  static const QRegularExpression re("^[A-Za-z_][A-Za-z0-9_]*$");
+  return re.match(s).hasMatch();
+}
+
+QString sha256Of(const QString& path, QString* error) {
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly)) {
+    *error = "cannot read: " + f.errorString();
+    return {};
+  }
+  QCryptographicHash h(QCryptographicHash::Sha256);
+  if (!h.addData(&f)) {
+    *error = "cannot read: " + f.errorString();
+    return {};
+  }
+  return QString::fromLatin1(h.result().toHex());
+}
+
+// A string-array field; false (and *why) when absent or not strings.
+bool stringArray(const QJsonObject& md, const char* field, QStringList* out, QString* why) {
+  if (!md.contains(field)) {
+    *why = QString("bundle.json has no \"%1\" (an array of namespaces, possibly empty)").arg(field);
+    return false;
+  }
+  if (!md[field].isArray()) {
+    *why = QString("bundle.json: \"%1\" must be an array of namespaces").arg(field);
+    return false;
+  }
+  for (const auto& v : md[field].toArray()) {
+    if (!v.isString() || !isIdentifier(v.toString())) {
+      *why = QString("bundle.json: \"%1\" holds %2, which is not a namespace (a C++ identifier)")
+                 .arg(field, v.isString() ? "'" + v.toString() + "'" : QString("a non-string"));
+      return false;
+    }
+    out->append(v.toString());
+  }
+  return true;
+}
+
+}  // namespace
+
+BundleFile readBundleFile(const QString& path) {
+  BundleFile f;
+  f.path = path;
+  f.sha256 = sha256Of(path, &f.error);
+  if (!f.error.isEmpty()) return f;
+  QPluginLoader loader(path);
+  const QJsonObject meta = loader.metaData();  // does not load the library
+  if (meta.isEmpty()) {
+    f.error = "not a Qt plugin (no plugin metadata could be read: " + loader.errorString() + ")";
+    return f;
+  }
+  const QString iid = meta["IID"].toString();
+  if (iid != QLatin1String(STRATA_BUNDLE_IID)) {
+    f.error = QString("plugin IID '%1' is not Strata's (%2)").arg(iid, STRATA_BUNDLE_IID);
+    return f;
+  }
+  const QJsonValue mdv = meta["MetaData"];
+  if (!mdv.isObject() || mdv.toObject().isEmpty()) {
+    f.error = "no bundle.json metadata embedded (Q_PLUGIN_METADATA(... FILE \"bundle.json\"))";
+    return f;
+  }
+  const QJsonObject md = mdv.toObject();
+  BundleMetadata m;
+  if (!md["name"].isString() || !isName(md["name"].toString())) {
+    f.error = md.contains("name") ? "bundle.json: \"name\" must be a string of letters, digits, '_', '.', '-'"
+                                  : "bundle.json has no \"name\"";
+    return f;
+  }
+  m.name = md["name"].toString();
+  static const QRegularExpression semver(R"(^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)([-+][0-9A-Za-z.+-]*)?$)");
+  if (!md["version"].isString() || !semver.match(md["version"].toString()).hasMatch()) {
+    f.error = md.contains("version")
+                  ? "bundle.json: \"version\" '" + md["version"].toVariant().toString() +
+                        "' is not a semantic version (MAJOR.MINOR.PATCH)"
+                  : QString("bundle.json has no \"version\"");
+    return f;
+  }
+  m.version_text = md["version"].toString();
+  m.version = QVersionNumber::fromString(m.version_text);
+  const QJsonValue abi = md["abi"];
+  if (!abi.isObject() || !abi.toObject()["major"].isDouble() || !abi.toObject()["minor"].isDouble()) {
+    f.error = "bundle.json: \"abi\" must be {\"major\": N, \"minor\": N}";
+    return f;
+  }
+  m.abi_major = abi.toObject()["major"].toInt(-1);
+  m.abi_minor = abi.toObject()["minor"].toInt(-1);
+  if (!md["description"].isString()) {
+    f.error = md.contains("description") ? "bundle.json: \"description\" must be a string"
+                                         : "bundle.json has no \"description\"";
+    return f;
+  }
+  m.description = md["description"].toString();
+  if (!stringArray(md, "defines", &m.defines, &f.error) || !stringArray(md, "implements", &m.implements, &f.error)) {
+    return f;
+  }
+  const AbiVersion host = hostSdkAbi();
+  if (m.abi_major != host.major) {
+    f.error = QString("built for SDK ABI %1.%2; this host's ABI is %3.%4 (the major must match)")
+                  .arg(m.abi_major)
+                  .arg(m.abi_minor)
+                  .arg(host.major)
+                  .arg(host.minor);
+    return f;
+  }
+  if (m.abi_minor > host.minor) {
+    f.error = QString("needs SDK ABI %1.%2, newer than this host's %3.%4")
+                  .arg(m.abi_major)
+                  .arg(m.abi_minor)
+                  .arg(host.major)
+                  .arg(host.minor);
+    return f;
+  }
+  f.metadata = std::move(m);
+  return f;
+}
+
+QString defaultPluginDir() {
+  const QString env = qEnvironmentVariable("STRATA_PLUGIN_PATH");
+  if (!env.isEmpty()) return env;
+  return QDir(QCoreApplication::applicationDirPath() + "/../plugins").absolutePath();
+}
+
+QString defaultStorePath() {
+  const QString env = qEnvironmentVariable("STRATA_DB");
+  return env.isEmpty() ? QDir::current().absoluteFilePath("strata.db") : env;
+}
+
+PluginHost::PluginHost(QString plugin_dir, db::Store* store, QObject* parent)
+    : QObject(parent), dir_(std::move(plugin_dir)), store_(store) {
+  modes::initialize();
+}
+
+PluginHost::~PluginHost() {
+  store_ = nullptr;  // the store keeps what was loaded: this is a shutdown, not a removal
+  // Newest first: dependents were loaded after what they depend on.
+  while (!loaded_.empty()) {
+    auto newest = std::max_element(loaded_.begin(), loaded_.end(),
+                                   [](const auto& a, const auto& b) { return a.second.seq < b.second.seq; });
+    unload(newest->first);
+  }
+}
+
+void PluginHost::record(const BundleFile& f, const QString& state, const QString& reason) {
+  if (store_ == nullptr) return;
+  db::BundleRow r;
+  r.sha256 = f.sha256.toStdString();
+  r.path = f.path.toStdString();
+  if (f.metadata) {
+    r.name = f.metadata->name.toStdString();
+    r.version = f.metadata->version_text.toStdString();
+    r.description = f.metadata->description.toStdString();
+  } else {
+    r.name = QFileInfo(f.path).fileName().toStdString();
+    r.version = "";
+  }
+  r.state = state.toStdString();
+  r.reason = reason.toStdString();
+  try {
+    store_->upsertBundle(r);
+  } catch (const db::StoreError& e) {
+    qCWarning(lcHost).noquote() << "cannot record bundle" << f.path << ":" << e.what();
+  }
+}
+
+void PluginHost::applyKernelStates() {
+  if (store_ == nullptr) return;
+  for (const auto& k : store_->kernelStates()) {
+    try {
+      set_kernel_enabled(k.op, k.key, k.enabled);
+    } catch (const Error& e) {
+      qCWarning(lcHost).noquote() << "store: kernel state for" << q(k.op) << q(k.key) << "ignored:" << e.what();
+    }
+  }
+}
+
+QStringList PluginHost::sync() {
+  QStringList what;
+  if (store_ != nullptr) {
+    data_version_ = store_->dataVersion();
+    last_applied_ = store_->latestChange();  // read before applying: a later change is applied next time
+  }
+  applyKernelStates();
+  what += rescan();
+  if (store_ != nullptr && !host_id_.isEmpty()) store_->heartbeat(host_id_.toStdString(), last_applied_);
+  return what;
+}
+
+QStringList PluginHost::rescan() {
+  QStringList what;
+  // 1. Discover: every library file; one bundle per sha256.
+  std::vector<BundleFile> files;
+  std::set<QString> seen_sha;
+  QDir dir(dir_);
+  const QFileInfoList entries = dir.entryInfoList(QDir::Files | QDir::Readable, QDir::Name);
+  for (const QFileInfo& fi : entries) {
+    if (!QLibrary::isLibrary(fi.fileName())) continue;
+    BundleFile f = readBundleFile(fi.absoluteFilePath());
+    if (!f.sha256.isEmpty() && !seen_sha.insert(f.sha256).second) continue;  // the same file twice
+    files.push_back(std::move(f));
+  }
+  // 2. Choose one version per name: the pin, else the highest compatible one.
+  std::map<QString, std::vector<const BundleFile*>> by_name;
+  for (const auto& f : files) {
+    if (!f.error.isEmpty()) {
+      record(f, "rejected", f.error);
+      continue;
+    }
+    by_name[f.metadata->name].push_back(&f);
+  }
+  std::map<std::string, std::string> pins;
+  std::set<std::string> disabled;
+  if (store_ != nullptr) {
+    for (const auto& p : store_->pins()) pins[p.name] = p.version;
+    disabled = store_->disabledBundles();
+  }
+  std::map<QString, const BundleFile*> chosen;
+  for (auto& [name, list] : by_name) {
+    std::sort(list.begin(), list.end(),
+              [](const BundleFile* a, const BundleFile* b) { return a->metadata->version > b->metadata->version; });
+    if (disabled.count(name.toStdString()) != 0) {
+      for (const auto* f : list) record(*f, "disabled", "an admin disabled bundle " + name);
+      continue;
+    }
+    const BundleFile* pick = list.front();
+    QString why = "superseded by " + name + "@" + pick->metadata->version_text;
+    if (auto it = pins.find(name.toStdString()); it != pins.end()) {
+      pick = nullptr;
+      for (const auto* f : list) {
+        if (f->metadata->version_text == q(it->second)) pick = f;
+      }
+      if (pick == nullptr) {
+        for (const auto* f : list) {
+          record(*f, "superseded", "pinned to " + q(it->second) + ", which is not in the plugin directory");
+        }
+        continue;
+      }
+      why = "not the pinned version (" + q(it->second) + ")";
+    }
+    for (const auto* f : list) {
+      if (f != pick) record(*f, "superseded", why);
+    }
+    chosen[name] = pick;
+  }
+  // 3. Unload what is no longer chosen (or changed), with every bundle that
+  // implements a namespace it defines (reloaded in step 4), newest first.
+  std::set<QString> to_unload;
+  for (const auto& [name, l] : loaded_) {
+    auto it = chosen.find(name);
+    if (it == chosen.end() || it->second->sha256 != l.sha256) to_unload.insert(name);
+  }
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const auto& [name, l] : loaded_) {
+      if (to_unload.count(name)) continue;
+      for (const auto& ns : l.implements) {
+        for (const auto& gone : to_unload) {
+          if (loaded_.at(gone).defines.contains(ns)) {
+            to_unload.insert(name);
+            grew = true;
+            break;
+          }
+        }
+        if (grew) break;
+      }
+      if (grew) break;
+    }
+  }
+  std::vector<QString> order(to_unload.begin(), to_unload.end());
+  std::sort(order.begin(), order.end(),
+            [this](const QString& a, const QString& b) { return loaded_.at(a).seq > loaded_.at(b).seq; });
+  for (const auto& name : order) {
+    what << "unloaded " + name + "@" + loaded_.at(name).version;
+    unload(name);
+  }
+  // 4. Load the rest in dependency order: definers before implementers.
+  std::map<QString, QString> definer;  // namespace -> bundle
+  for (const auto& [name, l] : loaded_) {
+    for (const auto& ns : l.defines) definer[ns] = name;
+  }
+  std::map<QString, const BundleFile*> pending;
+  for (const auto& [name, f] : chosen) {
+    if (loaded_.count(name) == 0) pending[name] = f;
+  }
+  for (const auto& [name, f] : pending) {
+    for (const auto& ns : f->metadata->defines) {
+      if (!definer.count(ns)) definer[ns] = name;
+    }
+  }
+  std::set<QString> failed;
+  while (!pending.empty()) {
+    bool progress = false;
+    for (auto it = pending.begin(); it != pending.end();) {
+      const BundleFile& f = *it->second;
+      QString missing, blocked;
+      for (const auto& ns : f.metadata->implements) {
+        auto d = definer.find(ns);
+        if (d == definer.end() || failed.count(d->second)) missing = ns;
+        else if (loaded_.count(d->second) == 0 && d->second != it->first) blocked = ns;
+      }
+      if (!missing.isEmpty()) {
+        const QString why = "implements namespace '" + missing + "', which no loaded bundle defines";
+        record(f, "rejected", why);
+        what << "rejected " + it->first + "@" + f.metadata->version_text + ": " + why;
+        failed.insert(it->first);
+        it = pending.erase(it);
+        progress = true;
+        continue;
+      }
+      if (!blocked.isEmpty()) {
+        ++it;
+        continue;
+      }
+      QString error;
+      if (load(f, &error)) {
+        what << "loaded " + it->first + "@" + f.metadata->version_text;
+      } else {
+        failed.insert(it->first);
+        what << "rejected " + it->first + "@" + f.metadata->version_text + ": " + error;
+      }
+      it = pending.erase(it);
+      progress = true;
+    }
+    if (!progress) {  // a cycle: everything left waits on something else left
+      for (const auto& [name, f] : pending) {
+        record(*f, "rejected", "its namespace dependencies form a cycle");
+        what << "rejected " + name + ": dependency cycle";
+      }
+      break;
+    }
+  }
+  // 5. Files that left the directory.
+  if (store_ != nullptr) {
+    std::set<std::string> present;
+    for (const auto& f : files) present.insert(f.sha256.toStdString());
+    store_->markRemovedExcept(present);
+  }
+  if (!what.isEmpty()) emit changed(what);
+  return what;
+}
+
+bool PluginHost::load(const BundleFile& f, QString* error) {
+  const BundleMetadata& m = *f.metadata;
+  auto reject = [&](const QString& why) {
+    *error = why;
+    record(f, "rejected", why);
+    qCWarning(lcHost).noquote() << "rejected" << f.path << ":" << why;
+    return false;
+  };
+  // Load a private copy named by content (Note [The load transaction], step 2).
+  auto& loader = libs_[f.sha256];
+  if (!loader) {
+    QString cache = QStandardPaths::writableLocation(QStandardPaths::TempLocation) + "/strata-bundles-" +
+                    QString::number(QCoreApplication::applicationPid());
+    QDir().mkpath(cache);
+    const QString copy = cache + "/" + f.sha256 + "-" + QFileInfo(f.path).fileName();
+    if (!QFile::exists(copy) && !QFile::copy(f.path, copy)) {
+      libs_.erase(f.sha256);
+      return reject("cannot copy to the bundle cache " + cache);
+    }
+    loader = std::make_unique<QPluginLoader>(copy);
+    loader->setLoadHints(QLibrary::PreventUnloadHint);
+  }
+  QObject* root = loader->instance();
+  if (root == nullptr) return reject("cannot load the library: " + loader->errorString());
+  auto* bundle = qobject_cast<Bundle*>(root);
+  if (bundle == nullptr) return reject("its root object does not implement strata::Bundle");
+  const AbiVersion abi = bundle->sdkAbi();
+  if (abi.major != m.abi_major || abi.minor != m.abi_minor) {
+    return reject(QString("its code was built for SDK ABI %1.%2, but bundle.json says %3.%4")
+                      .arg(abi.major)
+                      .arg(abi.minor)
+                      .arg(m.abi_major)
+                      .arg(m.abi_minor));
+  }
+  auto registrar = std::make_unique<BundleRegistrar>(m.name.toStdString(), m.version_text.toStdString());
+  QString why;
+  {
+    RegistrationBatch batch;
+    RegistrationOwnerGuard owner(registrar->owner());
+    try {
+      bundle->registerAll(*registrar);
+      for (const auto& [kind, ns] : registrar->libraryNamespaces()) {
+        const QString n = q(ns);
+        if (kind != Library::IMPL && !m.defines.contains(n)) {
+          why = "it defines operators in namespace '" + n + "', which bundle.json does not list in \"defines\"";
+        } else if (kind == Library::IMPL && n != "_" && !m.defines.contains(n) && !m.implements.contains(n)) {
+          why = "it registers kernels for namespace '" + n +
+                "', which bundle.json lists neither in \"defines\" nor in \"implements\"";
+        }
+      }
+    } catch (const std::exception& e) {
+      why = QString("registration failed: ") + e.what();
+    } catch (...) {
+      why = "registration failed: an exception that is not a std::exception";
+    }
+    if (!why.isEmpty()) registrar->clear();  // before the batch ends: calls never see it
+  }
+  if (!why.isEmpty()) return reject(why);
+  Loaded l;
+  l.name = m.name;
+  l.version = m.version_text;
+  l.path = f.path;
+  l.sha256 = f.sha256;
+  l.defines = m.defines;
+  l.implements = m.implements;
+  l.registrar = std::move(registrar);
+  l.seq = ++load_seq_;
+  record(f, "loaded", "");
+  recordRegistrations(l);
+  qCInfo(lcHost).noquote() << "loaded" << m.name + "@" + m.version_text << "from" << f.path;
+  loaded_[m.name] = std::move(l);
+  return true;
+}
+
+void PluginHost::recordRegistrations(const Loaded& l) {
+  if (store_ == nullptr) return;
+  const std::string owner = l.registrar->owner();
+  std::vector<db::OperatorRow> ops;
+  std::vector<db::RegistrationRow> regs;
+  Dispatcher& d = Dispatcher::singleton();
+  for (const OperatorName& n : d.operatorNames()) {
+    for (const auto& r : d.registrations(n)) {
+      if (r.owner != owner) continue;
+      if (r.what == RegistrationInfo::What::Def) {
+        auto h = d.findSchema(n);
+        ops.push_back({n.str(), h ? h->schema().str() : "", owner});
+      }
+      regs.push_back({n.str(), r.what == RegistrationInfo::What::Def ? "def" : toString(r.key), r.kind, owner, r.debug});
+    }
+    for (const auto& r : d.rules(n)) {
+      if (r.owner == owner) regs.push_back({n.str(), r.kind + "[" + r.target + "]", "rule", owner, r.debug});
+    }
+  }
+  for (const auto& r : d.fallbacks()) {
+    if (r.owner == owner) regs.push_back({"_", toString(r.key), r.kind, owner, r.debug});
+  }
+  try {
+    store_->replaceRegistrations(owner, ops, regs);
+  } catch (const db::StoreError& e) {
+    qCWarning(lcHost).noquote() << e.what();
+  }
+}
+
+void PluginHost::unload(const QString& name) {
+  auto it = loaded_.find(name);
+  if (it == loaded_.end()) return;
+  {
+    RegistrationBatch batch;
+    it->second.registrar->clear();
+  }
+  if (store_ != nullptr) {
+    try {
+      store_->clearRegistrations(it->second.registrar->owner());
+    } catch (const db::StoreError& e) {
+      qCWarning(lcHost).noquote() << e.what();
+    }
+  }
+  qCInfo(lcHost).noquote() << "unloaded" << name + "@" + it->second.version;
+  loaded_.erase(it);
+}
+
+void PluginHost::serve(const QString& host_id, int poll_ms) {
+  host_id_ = host_id;
+  if (store_ != nullptr) store_->registerHost(host_id.toStdString(), QCoreApplication::applicationPid());
+  sync();
+  QDir().mkpath(dir_);
+  watcher_.addPath(dir_);
+  // A directory change may be a file still being written: rescan once it settles.
+  rescan_timer_.setSingleShot(true);
+  rescan_timer_.setInterval(100);
+  connect(&watcher_, &QFileSystemWatcher::directoryChanged, this, [this] { rescan_timer_.start(); });
+  connect(&watcher_, &QFileSystemWatcher::fileChanged, this, [this] { rescan_timer_.start(); });
+  connect(&rescan_timer_, &QTimer::timeout, this, [this] {
+    const QStringList what = rescan();
+    for (const auto& w : what) qCInfo(lcHost).noquote() << w;
+    // Files are watched too, so one replaced in place is seen.
+    const QStringList files = watcher_.files();
+    if (!files.isEmpty()) watcher_.removePaths(files);
+    for (const auto& [_, l] : loaded_) watcher_.addPath(l.path);
+  });
+  for (const auto& [_, l] : loaded_) watcher_.addPath(l.path);
+  connect(&poll_timer_, &QTimer::timeout, this, &PluginHost::poll);
+  poll_timer_.start(poll_ms);
+  connect(&heartbeat_timer_, &QTimer::timeout, this, [this] {
+    try {
+      if (store_ != nullptr) store_->heartbeat(host_id_.toStdString(), last_applied_);
+    } catch (const db::StoreError& e) {
+      qCWarning(lcHost).noquote() << e.what();
+    }
+  });
+  heartbeat_timer_.start(1000);
+}
+
+void PluginHost::poll() {
+  if (store_ == nullptr) return;
+  try {
+    const int64_t v = store_->dataVersion();
+    if (v == data_version_) return;
+    const int64_t before = last_applied_;
+    const QStringList what = sync();
+    for (const auto& w : what) qCInfo(lcHost).noquote() << w;
+    if (last_applied_ != before) qCInfo(lcHost) << "applied store changes up to" << last_applied_;
+  } catch (const std::exception& e) {
+    qCWarning(lcHost).noquote() << "store poll failed:" << e.what();
+  }
+}
+
+}  // namespace strata::host

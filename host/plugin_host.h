@@ -1,0 +1,126 @@
+// The plugin host: finds bundles in a directory, picks a version of each, loads
+// them in dependency order inside load transactions, and keeps the store in step.
+//
+// Note [The load transaction]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A bundle loads in these steps, and any failure leaves nothing registered and a
+// reason recorded in the store (state "rejected"):
+//   1. its metadata is read with QPluginLoader::metaData(), without loading the
+//      library, and checked: Strata's IID, name, semantic version, ABI {major, minor}
+//      (major equal to the host's, minor not newer), defines/implements;
+//   2. the file is copied to a private cache named by its sha256 and loaded from
+//      there, so a file replaced in the directory never changes code that is mapped,
+//      and a new version at the same path is a new library;
+//   3. the root object must implement strata::Bundle and report the ABI its
+//      metadata claims;
+//   4. registerAll() runs inside a RegistrationBatch (Note [Registration batches])
+//      under RegistrationOwnerGuard("name@version"): every registration is checked
+//      as it is made (schemas, C++ signatures, other owners' kernels without
+//      allow_override, duplicate defs), nothing is published yet;
+//   5. the libraries it made must match its metadata (DEF only for namespaces it
+//      "defines", IMPL only for those it defines or "implements");
+//   6. on any error the BundleRegistrar is cleared before the batch ends, so calls
+//      never see the bundle; otherwise the batch ends and every table it touched is
+//      published at once.
+// Removing, disabling or replacing a bundle clears its registrar (in a batch too), so
+// no table reaches its code. Its library stays mapped (QPluginLoader::unload is
+// never called): a call may still be running inside it.
+#pragma once
+
+#include <QFileSystemWatcher>
+#include <QObject>
+#include <QPluginLoader>
+#include <QString>
+#include <QStringList>
+#include <QTimer>
+#include <QVersionNumber>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "strata/db/store.h"
+#include "strata/plugin.h"
+
+namespace strata::host {
+
+struct BundleMetadata {
+  QString name;
+  QVersionNumber version;
+  QString version_text;
+  int abi_major = 0;
+  int abi_minor = 0;
+  QString description;
+  QStringList defines;
+  QStringList implements;
+};
+
+// A file in the plugin directory, as discovery saw it.
+struct BundleFile {
+  QString path;
+  QString sha256;
+  std::optional<BundleMetadata> metadata;  // empty when rejected before loading
+  QString error;                           // why it was rejected
+};
+
+// Reads and checks a bundle's metadata without loading it. Never throws.
+BundleFile readBundleFile(const QString& path);
+
+// The plugin directory: --plugins, else STRATA_PLUGIN_PATH, else the bundled plugins
+// beside the binary (<bin>/../plugins).
+QString defaultPluginDir();
+// The store: --db, else STRATA_DB, else strata.db in the working directory.
+QString defaultStorePath();
+
+class PluginHost : public QObject {
+  Q_OBJECT
+
+ public:
+  PluginHost(QString plugin_dir, db::Store* store, QObject* parent = nullptr);
+  ~PluginHost() override;
+
+  // Applies the store's kernel states, then brings the loaded bundles in line with
+  // the directory, the pins and the disabled bundles. Returns what changed, for logs.
+  QStringList sync();
+
+  // Watches the directory (QFileSystemWatcher) and polls the store for other
+  // processes' changes every `poll_ms`; heartbeats as `host_id`.
+  void serve(const QString& host_id, int poll_ms = 50);
+
+  struct Loaded {
+    QString name, version, path, sha256;
+    std::unique_ptr<BundleRegistrar> registrar;
+    QStringList defines, implements;
+    uint64_t seq = 0;  // load order
+  };
+  const std::map<QString, Loaded>& loaded() const { return loaded_; }
+  int64_t lastApplied() const { return last_applied_; }
+
+ signals:
+  void changed(const QStringList& what);
+
+ private:
+  void applyKernelStates();
+  QStringList rescan();
+  bool load(const BundleFile& f, QString* error);
+  void unload(const QString& name);
+  void record(const BundleFile& f, const QString& state, const QString& reason);
+  void recordRegistrations(const Loaded& l);
+  void poll();
+
+  QString dir_;
+  db::Store* store_;
+  std::map<QString, Loaded> loaded_;                       // by bundle name
+  std::map<QString, std::unique_ptr<QPluginLoader>> libs_;  // by sha256; never unloaded
+  QFileSystemWatcher watcher_;
+  QTimer poll_timer_, heartbeat_timer_, rescan_timer_;
+  QString host_id_;
+  int64_t data_version_ = -1;
+  int64_t last_applied_ = 0;
+  uint64_t load_seq_ = 0;
+};
+
+}  // namespace strata::host

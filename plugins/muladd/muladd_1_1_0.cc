@@ -1,0 +1,15 @@
+// The muladd bundle, version 1.1.0.
+#include <QObject>
+
+#include "muladd.h"
+
+class MulAddBundle_1_1_0 : public QObject, public strata::Bundle {
+  Q_OBJECT
+  Q_PLUGIN_METADATA(IID STRATA_BUNDLE_IID FILE "muladd_1_1_0.json")
+  Q_INTERFACES(strata::Bundle)
+
+ public:
+  void registerAll(strata::BundleRegistrar& r) override { extension_cpp::registerMulAdd(r, true); }
+};
+
+#include "muladd_1_1_0.moc"

@@ -1,0 +1,146 @@
+// extension_cpp::mymuladd / mymul / myadd_out (and, from 1.1.0, mysub): the
+// operators of PyTorch's custom C++ ops tutorial, with CPU and Meta kernels, and
+// CUDA kernels when built with the toolkit.
+#include "muladd.h"
+
+#include <strata/ops.h>
+#include <strata/tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace extension_cpp {
+
+using strata::Tensor;
+
+namespace {
+
+std::vector<int64_t> shape(const Tensor& t) { return std::vector<int64_t>(t.sizes().begin(), t.sizes().end()); }
+std::string shapeStr(const Tensor& t) {
+  std::string s = "[";
+  for (size_t i = 0; i < t.sizes().size(); ++i) s += (i ? ", " : "") + std::to_string(t.sizes()[i]);
+  return s + "]";
+}
+
+void checkPair(const Tensor& a, const Tensor& b, const char* op) {
+  STRATA_CHECK(shape(a) == shape(b), Value, op, ": a and b must have the same shape, got ", shapeStr(a), " and ",
+               shapeStr(b));
+  STRATA_CHECK(a.dtype() == strata::ScalarType::Float && b.dtype() == strata::ScalarType::Float, Value, op,
+               ": a and b must be float32, got ", toString(a.dtype()), " and ", toString(b.dtype()));
+}
+
+Tensor mymuladd_cpu(const Tensor& a, const Tensor& b, double c) {
+  checkPair(a, b, "mymuladd");
+  const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
+  Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float);
+  const float* pa = ac.data_ptr<float>();
+  const float* pb = bc.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) po[i] = pa[i] * pb[i] + static_cast<float>(c);
+  return out;
+}
+
+Tensor mymul_cpu(const Tensor& a, const Tensor& b) {
+  checkPair(a, b, "mymul");
+  const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
+  Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float);
+  const float* pa = ac.data_ptr<float>();
+  const float* pb = bc.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) po[i] = pa[i] * pb[i];
+  return out;
+}
+
+Tensor mysub_cpu(const Tensor& a, const Tensor& b) {
+  checkPair(a, b, "mysub");
+  return strata::ops::sub(a, b);
+}
+
+void myadd_out_cpu(const Tensor& a, const Tensor& b, Tensor& out) {
+  checkPair(a, b, "myadd_out");
+  STRATA_CHECK(shape(out) == shape(a) && out.dtype() == strata::ScalarType::Float &&
+                   out.is_contiguous(),
+               Value, "myadd_out: out must be a contiguous float32 tensor of a's shape");
+  const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
+  const float* pa = ac.data_ptr<float>();
+  const float* pb = bc.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) po[i] = pa[i] + pb[i];
+}
+
+// Meta kernels: shapes and dtypes only (torch.library.register_fake).
+Tensor mymuladd_meta(const Tensor& a, const Tensor& b, double) {
+  checkPair(a, b, "mymuladd");
+  return strata::ops::empty(shape(a), a.dtype(), strata::Device(strata::DeviceType::Meta));
+}
+Tensor mymul_meta(const Tensor& a, const Tensor& b) {
+  checkPair(a, b, "mymul");
+  return strata::ops::empty(shape(a), a.dtype(), strata::Device(strata::DeviceType::Meta));
+}
+void myadd_out_meta(const Tensor& a, const Tensor& b, Tensor&) { checkPair(a, b, "myadd_out"); }
+
+}  // namespace
+
+}  // namespace extension_cpp
+
+#ifdef MULADD_WITH_CUDA
+// From muladd_cuda.cu (C++17, no SDK headers).
+extern "C" void extension_cpp_muladd_launch(const float* a, const float* b, float c, float* out, int64_t n);
+extern "C" void extension_cpp_mul_launch(const float* a, const float* b, float* out, int64_t n);
+extern "C" void extension_cpp_add_launch(const float* a, const float* b, float* out, int64_t n);
+
+namespace extension_cpp {
+namespace {
+Tensor mymuladd_cuda(const Tensor& a, const Tensor& b, double c) {
+  checkPair(a, b, "mymuladd");
+  const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
+  Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float, a.device());
+  extension_cpp_muladd_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), static_cast<float>(c),
+                              out.data_ptr<float>(), out.numel());
+  return out;
+}
+Tensor mymul_cuda(const Tensor& a, const Tensor& b) {
+  checkPair(a, b, "mymul");
+  const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
+  Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float, a.device());
+  extension_cpp_mul_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(), out.numel());
+  return out;
+}
+void myadd_out_cuda(const Tensor& a, const Tensor& b, Tensor& out) {
+  checkPair(a, b, "myadd_out");
+  const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
+  extension_cpp_add_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(), out.numel());
+}
+}  // namespace
+}  // namespace extension_cpp
+#endif
+
+namespace extension_cpp {
+
+void registerMulAdd(strata::BundleRegistrar& r, bool with_mysub) {
+  auto& m = r.library(strata::Library::DEF, "extension_cpp");
+  m.def("mymuladd(Tensor a, Tensor b, float c) -> Tensor");
+  m.def("mymul(Tensor a, Tensor b) -> Tensor");
+  m.def("myadd_out(Tensor a, Tensor b, Tensor(a!) out) -> ()");
+  if (with_mysub) m.def("mysub(Tensor a, Tensor b) -> Tensor");
+
+  auto& cpu = r.library(strata::Library::IMPL, "extension_cpp", strata::DispatchKey::CPU);
+  cpu.impl("mymuladd", &mymuladd_cpu);
+  cpu.impl("mymul", &mymul_cpu);
+  cpu.impl("myadd_out", &myadd_out_cpu);
+  if (with_mysub) cpu.impl("mysub", &mysub_cpu);
+
+  auto& meta = r.library(strata::Library::IMPL, "extension_cpp", strata::DispatchKey::Meta);
+  meta.impl("mymuladd", &mymuladd_meta);
+  meta.impl("mymul", &mymul_meta);
+  meta.impl("myadd_out", &myadd_out_meta);
+
+#ifdef MULADD_WITH_CUDA
+  auto& cuda = r.library(strata::Library::IMPL, "extension_cpp", strata::DispatchKey::CUDA);
+  cuda.impl("mymuladd", &mymuladd_cuda);
+  cuda.impl("mymul", &mymul_cuda);
+  cuda.impl("myadd_out", &myadd_out_cuda);
+#endif
+}
+
+}  // namespace extension_cpp

@@ -1,0 +1,112 @@
+// The plugin boundary: the one header a bundle author needs beside the SDK.
+//
+// A bundle is a Qt plugin module: a QObject that implements strata::Bundle, with its
+// metadata embedded from bundle.json. The host reads the metadata without loading
+// the library, checks it, then loads the library, checks the ABI the root object
+// reports, and calls registerAll() inside a load transaction (Note [The load
+// transaction] in host/plugin_host.h). Nothing registers from static initializers.
+//
+//   // mybundle.cc (CMake: strata_add_bundle(mybundle SOURCES mybundle.cc METADATA bundle.json))
+//   #include <strata/plugin.h>
+//   class MyBundle : public QObject, public strata::Bundle {
+//     Q_OBJECT
+//     Q_PLUGIN_METADATA(IID STRATA_BUNDLE_IID FILE "bundle.json")
+//     Q_INTERFACES(strata::Bundle)
+//    public:
+//     void registerAll(strata::BundleRegistrar& r) override {
+//       auto& m = r.library(strata::Library::DEF, "mylib");
+//       m.def("sin(Tensor x) -> Tensor");
+//       m.impl("sin", &my_sin, "cpu");
+//     }
+//   };
+//   #include "mybundle.moc"
+//
+// bundle.json:
+//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 1, "minor": 0},
+//    "description": "...", "defines": ["mylib"], "implements": []}
+//
+// "defines": the namespaces whose DEF library the bundle holds; "implements": the
+// namespaces it registers kernels for without defining them (its dependencies: it
+// loads after their definers, and is refused when none is loaded).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strata/dispatcher.h"
+#include "strata/export.h"
+#include "strata/library.h"
+
+// The SDK ABI: a bundle built against major M minor m loads in a host of major M
+// and minor >= m. The major changes when a change breaks built bundles.
+#define STRATA_SDK_ABI_MAJOR 1
+#define STRATA_SDK_ABI_MINOR 0
+// The Qt plugin interface id of every Strata bundle.
+#define STRATA_BUNDLE_IID "org.strata.Bundle/1"
+
+namespace strata {
+
+struct AbiVersion {
+  int major = 0;
+  int minor = 0;
+};
+
+// What a bundle registers through: Libraries and other registrations (rules, mode
+// types) that the host owns for the bundle's lifetime. Everything registered here
+// is removed, newest first, when the bundle is removed, disabled or replaced, or
+// when its load fails.
+class STRATA_API BundleRegistrar {
+ public:
+  BundleRegistrar(std::string name, std::string version);
+  BundleRegistrar(const BundleRegistrar&) = delete;
+  BundleRegistrar& operator=(const BundleRegistrar&) = delete;
+  ~BundleRegistrar();
+
+  const std::string& name() const { return name_; }
+  const std::string& version() const { return version_; }
+  // "name@version": the owner of everything this bundle registers.
+  std::string owner() const { return name_ + "@" + version_; }
+
+  // A library the host keeps for the bundle (same rules as Library's constructor).
+  Library& library(Library::Kind kind, std::string_view ns, std::optional<DispatchKey> key = std::nullopt);
+  Library& library(Library::Kind kind, std::string_view ns, std::string_view device_or_key);
+  // Keeps any other registration for the bundle's lifetime.
+  void keep(RegistrationHandleRAII registration);
+
+  size_t numLibraries() const { return libraries_.size(); }
+  // (kind, namespace) of each library, in the order they were made.
+  std::vector<std::pair<Library::Kind, std::string>> libraryNamespaces() const;
+  // Removes everything, newest first.
+  void clear();
+
+ private:
+  std::string name_, version_;
+  std::vector<std::unique_ptr<Library>> libraries_;
+  std::vector<RegistrationHandleRAII> others_;
+  std::vector<std::pair<bool, size_t>> order_;  // (is_library, index), in registration order
+};
+
+// The interface a bundle's root object implements.
+class STRATA_API Bundle {
+ public:
+  virtual ~Bundle();
+  // The ABI the bundle was built with: compiled into the bundle from this header.
+  virtual AbiVersion sdkAbi() const { return {STRATA_SDK_ABI_MAJOR, STRATA_SDK_ABI_MINOR}; }
+  // Registers everything the bundle provides. May throw: the host then removes what
+  // it registered and records the reason.
+  virtual void registerAll(BundleRegistrar& registrar) = 0;
+};
+
+// The host's ABI (what this SDK build is).
+STRATA_API AbiVersion hostSdkAbi();
+
+}  // namespace strata
+
+// Bundles build with Qt Core; the SDK itself does not.
+#if defined(QT_CORE_LIB) || defined(QT_VERSION)
+#include <QtPlugin>
+Q_DECLARE_INTERFACE(strata::Bundle, STRATA_BUNDLE_IID)
+#endif

@@ -1,0 +1,48 @@
+#include "strata/plugin.h"
+
+namespace strata {
+
+Bundle::~Bundle() = default;
+
+AbiVersion hostSdkAbi() { return {STRATA_SDK_ABI_MAJOR, STRATA_SDK_ABI_MINOR}; }
+
+BundleRegistrar::BundleRegistrar(std::string name, std::string version)
+    : name_(std::move(name)), version_(std::move(version)) {}
+
+BundleRegistrar::~BundleRegistrar() { clear(); }
+
+Library& BundleRegistrar::library(Library::Kind kind, std::string_view ns, std::optional<DispatchKey> key) {
+  RegistrationOwnerGuard owner(this->owner());
+  libraries_.push_back(std::make_unique<Library>(kind, std::string(ns), key, std::source_location::current()));
+  order_.emplace_back(true, libraries_.size() - 1);
+  return *libraries_.back();
+}
+
+Library& BundleRegistrar::library(Library::Kind kind, std::string_view ns, std::string_view device_or_key) {
+  return library(kind, ns, parseDispatchKey(device_or_key));
+}
+
+void BundleRegistrar::keep(RegistrationHandleRAII registration) {
+  others_.push_back(std::move(registration));
+  order_.emplace_back(false, others_.size() - 1);
+}
+
+std::vector<std::pair<Library::Kind, std::string>> BundleRegistrar::libraryNamespaces() const {
+  std::vector<std::pair<Library::Kind, std::string>> out;
+  for (const auto& l : libraries_) {
+    if (l) out.emplace_back(l->kind(), l->ns());
+  }
+  return out;
+}
+
+void BundleRegistrar::clear() {
+  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+    if (it->first) libraries_[it->second].reset();
+    else others_[it->second].reset();
+  }
+  order_.clear();
+  libraries_.clear();
+  others_.clear();
+}
+
+}  // namespace strata
