@@ -343,6 +343,21 @@ QStringList PluginHost::rescan() {
         ++it;
         continue;
       }
+      QString taken;  // a namespace another loaded bundle already defines: first come, first served
+      for (const auto& ns : f.metadata->defines) {
+        for (const auto& [other, ol] : loaded_) {
+          if (other != it->first && ol.defines.contains(ns)) taken = "defines namespace '" + ns + "', which bundle " +
+                                                                     other + "@" + ol.version + " already defines";
+        }
+      }
+      if (!taken.isEmpty()) {
+        record(f, "rejected", taken);
+        what << "rejected " + it->first + "@" + f.metadata->version_text + ": " + taken;
+        failed.insert(it->first);
+        it = pending.erase(it);
+        progress = true;
+        continue;
+      }
       QString error;
       if (load(f, &error)) {
         what << "loaded " + it->first + "@" + f.metadata->version_text;

@@ -250,3 +250,68 @@ TEST(CliCallTest, GarbageArgumentsNeverCrash) {
     EXPECT_TRUE(r.status == 0 || r.status == 1 || r.status == 2) << a << ": " << r.out;
   }
 }
+
+namespace strata_e2e {
+
+// The whole host: `strata serve` as a process on a temp plugin dir and store; a
+// second process disables a kernel with --wait; a new bundle version is copied in;
+// SIGTERM stops the host and the store is intact.
+TEST(ServeEndToEnd, DisableWithWaitPickUpANewVersionAndStopOnSigterm) {
+  char tmpl[] = "/tmp/strata-e2e-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string plugins = dir + "/plugins", db = dir + "/s.db";
+  ASSERT_EQ(std::system(("mkdir -p " + plugins + " && cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_0_0.so " +
+                         STRATA_PLUGIN_BUILD_DIR "/libmylib.so " + plugins).c_str()),
+            0);
+  const std::string opts = " --plugins " + plugins + " --db " + db;
+  const pid_t serve = fork();
+  ASSERT_GE(serve, 0);
+  if (serve == 0) {
+    const std::string log = dir + "/serve.log";
+    freopen(log.c_str(), "w", stdout);
+    freopen(log.c_str(), "a", stderr);
+    execl(STRATA_CLI, STRATA_CLI, "serve", "--plugins", plugins.c_str(), "--db", db.c_str(), nullptr);
+    _exit(127);
+  }
+  auto serveLog = [&] {
+    std::ifstream f(dir + "/serve.log");
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  for (int i = 0; i < 100 && serveLog().find("ready.") == std::string::npos; ++i) usleep(50000);
+  ASSERT_THAT(serveLog(), ::testing::HasSubstr("loaded     muladd@1.0.0"));
+
+  Result r = run("call extension_cpp::mymuladd 'ones(3)' 'ones(3)' 2.0" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("tensor([3., 3., 3.])"));
+
+  r = run("kernel disable extension_cpp::mymuladd cpu --reason e2e --actor tester --wait 5" + opts.substr(opts.find(" --db")));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("applied by every live host"));
+  for (int i = 0; i < 40 && serveLog().find("applied store changes up to 1") == std::string::npos; ++i) usleep(50000);
+  EXPECT_THAT(serveLog(), ::testing::HasSubstr("applied store changes up to 1"));
+  r = run("call extension_cpp::mymuladd 'ones(3)' 'ones(3)' 2.0" + opts);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("extension_cpp::mymuladd: no kernel"));
+
+  ASSERT_EQ(std::system(("cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_1_0.so " + plugins).c_str()), 0);
+  for (int i = 0; i < 60 && serveLog().find("loaded muladd@1.1.0") == std::string::npos; ++i) usleep(50000);
+  EXPECT_THAT(serveLog(), ::testing::HasSubstr("loaded muladd@1.1.0"));
+
+  ASSERT_EQ(kill(serve, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(serve, &status, 0), serve);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << serveLog();
+
+  r = run("audit --op extension_cpp::mymuladd --db " + db);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("tester"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("kernel.disable"));
+  r = run("plugins list" + opts);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("1.1.0    loaded"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("1.0.0    superseded"));
+  EXPECT_EQ(std::system(("test \"$(sqlite3 " + db + " 'PRAGMA integrity_check; SELECT COUNT(*) FROM hosts;')\" = "
+                         "\"$(printf 'ok\\n0')\"").c_str()),
+            0);
+  std::system(("rm -rf " + dir).c_str());
+}
+
+}  // namespace strata_e2e

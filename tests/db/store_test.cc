@@ -1,0 +1,160 @@
+// The store on real SQLite files in temp dirs.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "strata/db/store.h"
+
+namespace strata::db {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/strata-store-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string file(const char* name) const { return (path / name).string(); }
+};
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Store, CreatesTheLatestSchemaInWalMode) {
+  TempDir d;
+  Store s(d.file("a.db"));
+  EXPECT_EQ(s.schemaVersion(), Store::kSchemaVersion);
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(d.file("a.db").c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(raw, "PRAGMA journal_mode", -1, &st, nullptr);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+}
+
+TEST(Store, MigratesAVersion1FileKeepingItsRows) {
+  TempDir d;
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(d.file("old.db").c_str(), &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw, Store::migrationSql(1), nullptr, nullptr, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw,
+                           "PRAGMA user_version = 1;"
+                           "INSERT INTO bundles (sha256, name, version, path, state) VALUES ('abc', 'old', '0.1.0', "
+                           "'/p/old.so', 'loaded');"
+                           "INSERT INTO kernel_state (op, key, enabled, actor) VALUES ('a::b', 'CPU', 0, 'ann');",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  Store s(d.file("old.db"));
+  EXPECT_EQ(s.schemaVersion(), 2);
+  const auto b = s.bundles();
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].name, "old");
+  EXPECT_EQ(b[0].description, "");  // the column version 2 added
+  ASSERT_EQ(s.kernelStates().size(), 1u);
+  EXPECT_FALSE(s.kernelStates()[0].enabled);
+  s.registerHost("h", 1);  // version 2's tables exist
+  EXPECT_EQ(s.hosts().size(), 1u);
+}
+
+TEST(Store, RefusesANewerSchemaAndFilesThatAreNotDatabases) {
+  TempDir d;
+  {
+    Store s(d.file("new.db"));
+    s.exec("PRAGMA user_version = 99");
+  }
+  EXPECT_THAT(errorOf([&] { Store s(d.file("new.db")); }), HasSubstr("schema version 99 was written by a newer strata"));
+  {
+    std::ofstream f(d.file("junk.db"));
+    f << "this is not an SQLite database, just some text that is long enough to have a header";
+  }
+  const std::string e = errorOf([&] { Store s(d.file("junk.db")); });
+  EXPECT_THAT(e, HasSubstr(d.file("junk.db")));
+  EXPECT_THAT(e, HasSubstr("not a database"));
+  EXPECT_THAT(errorOf([&] { Store s("/nonexistent-dir/x.db"); }), HasSubstr("cannot open"));
+}
+
+TEST(Store, AdminActionsAreAuditedAndTheAuditLogIsAppendOnly) {
+  TempDir d;
+  Store s(d.file("a.db"));
+  const int64_t c1 = s.setKernelState("extension_cpp::mymuladd", "CPU", false, "slow", "ann");
+  const int64_t c2 = s.pin("muladd", "1.0.0", "bob");
+  const int64_t c3 = s.unpin("muladd", "bob");
+  const int64_t c4 = s.setBundleDisabled("mylib", true, "broken", "cy");
+  const int64_t c5 = s.setKernelState("extension_cpp::mymuladd", "CPU", true, "", "ann");
+  EXPECT_LT(c1, c2);
+  EXPECT_LT(c4, c5);
+  EXPECT_EQ(s.latestChange(), c5);
+  (void)c3;
+  const auto rows = s.auditLog();
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_EQ(rows[0].action, "kernel.disable");
+  EXPECT_EQ(rows[0].target, "extension_cpp::mymuladd CPU");
+  EXPECT_EQ(rows[0].before, "enabled");
+  EXPECT_EQ(rows[0].after, "disabled: slow");
+  EXPECT_EQ(rows[0].actor, "ann");
+  EXPECT_EQ(rows[1].action, "bundle.pin");
+  EXPECT_EQ(rows[2].action, "bundle.unpin");
+  EXPECT_EQ(rows[2].before, "1.0.0");
+  EXPECT_EQ(rows[3].action, "bundle.disable");
+  EXPECT_EQ(rows[4].before, "disabled");
+  EXPECT_EQ(s.auditLog("", "extension_cpp::mymuladd").size(), 2u);
+  EXPECT_EQ(s.auditLog("2999-01-01").size(), 0u);
+  EXPECT_THAT(errorOf([&] { s.exec("UPDATE audit SET actor = 'mallory'"); }), HasSubstr("append-only"));
+  EXPECT_THAT(errorOf([&] { s.exec("DELETE FROM audit"); }), HasSubstr("append-only"));
+  EXPECT_EQ(s.auditLog().size(), 5u);
+  EXPECT_EQ(s.auditLog()[0].actor, "ann");
+}
+
+TEST(Store, StatePersistsAcrossReopening) {
+  TempDir d;
+  {
+    Store s(d.file("p.db"));
+    s.setKernelState("a::f", "CPU", false, "r", "ann");
+    s.pin("b", "2.0.0", "ann");
+    s.upsertBundle({"b", "2.0.0", "/p/b.so", "sha", "loaded", "", "desc", "", ""});
+    s.replaceRegistrations("b@2.0.0", {{"a::f", "a::f(Tensor x) -> Tensor", "b@2.0.0"}},
+                           {{"a::f", "CPU", "unboxed", "b@2.0.0", "here"}});
+  }
+  Store s(d.file("p.db"));
+  ASSERT_EQ(s.kernelStates().size(), 1u);
+  EXPECT_EQ(s.kernelStates()[0].reason, "r");
+  ASSERT_EQ(s.pins().size(), 1u);
+  EXPECT_EQ(s.pins()[0].version, "2.0.0");
+  ASSERT_EQ(s.bundles().size(), 1u);
+  EXPECT_EQ(s.bundles()[0].state, "loaded");
+  EXPECT_NE(s.bundles()[0].last_loaded, "");
+  EXPECT_EQ(s.registrations("a::f").size(), 1u);
+  s.clearRegistrations("b@2.0.0");
+  EXPECT_TRUE(s.registrations().empty());
+  EXPECT_TRUE(s.operators().empty());
+}
+
+TEST(Store, TwoConnectionsSeeEachOthersChangesThroughDataVersion) {
+  TempDir d;
+  Store a(d.file("c.db"));
+  Store b(d.file("c.db"));
+  const int64_t v = a.dataVersion();
+  b.setKernelState("x::y", "CPU", false, "", "ann");
+  EXPECT_NE(a.dataVersion(), v);
+  EXPECT_EQ(a.kernelStates().size(), 1u);
+}
+
+}  // namespace
+}  // namespace strata::db

@@ -1,0 +1,252 @@
+// The plugin host on real bundles (plugins/ and tests/bundles/) copied into temp
+// plugin directories, with real SQLite stores.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <QDir>
+#include <QFile>
+#include <QTemporaryDir>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "plugin_host.h"
+#include "strata/dispatcher.h"
+#include "strata/ops.h"
+#include "dispatch/test_util.h"
+
+namespace strata::host {
+namespace {
+
+using ::testing::HasSubstr;
+
+QString built(const char* dir, const char* name) { return QString(dir) + "/lib" + name + ".so"; }
+QString plugin(const char* name) { return built(STRATA_PLUGIN_BUILD_DIR, name); }
+QString testBundle(const char* name) { return built(STRATA_TEST_BUNDLE_DIR, name); }
+
+struct Env {
+  QTemporaryDir tmp;
+  QString dir = tmp.path() + "/plugins";
+  std::unique_ptr<db::Store> store;
+  Env() {
+    QDir().mkpath(dir);
+    store = std::make_unique<db::Store>((tmp.path() + "/strata.db").toStdString());
+  }
+  void add(const QString& file, const QString& as = {}) {
+    const QString to = dir + "/" + (as.isEmpty() ? QFileInfo(file).fileName() : as);
+    ASSERT_TRUE(QFile::copy(file, to)) << file.toStdString() << " -> " << to.toStdString();
+  }
+  void remove(const QString& name) { ASSERT_TRUE(QFile::remove(dir + "/" + name)); }
+  std::map<std::string, db::BundleRow> rows() {
+    std::map<std::string, db::BundleRow> out;
+    for (auto& b : store->bundles()) out[b.name + "@" + b.version + (b.state == "rejected" ? ":" + b.path : "")] = b;
+    return out;
+  }
+  db::BundleRow row(const std::string& file) {
+    for (auto& b : store->bundles()) {
+      if (QFileInfo(QString::fromStdString(b.path)).fileName().toStdString() == file) return b;
+    }
+    ADD_FAILURE() << "no store row for " << file;
+    return {};
+  }
+};
+
+size_t registrationsOwnedBy(const std::string& prefix) {
+  size_t n = 0;
+  auto& d = Dispatcher::singleton();
+  for (const auto& op : d.operatorNames()) {
+    for (const auto& r : d.registrations(op)) n += r.owner.rfind(prefix, 0) == 0;
+    for (const auto& r : d.rules(op)) n += r.owner.rfind(prefix, 0) == 0;
+  }
+  for (const auto& r : d.fallbacks()) n += r.owner.rfind(prefix, 0) == 0;
+  return n;
+}
+
+Tensor mymuladd(const Tensor& a, const Tensor& b, double c) {
+  return Dispatcher::singleton()
+      .findSchemaOrThrow("extension_cpp::mymuladd")
+      .typed<Tensor(const Tensor&, const Tensor&, double)>()
+      .call(a, b, c);
+}
+
+bool mapped(const QString& file_name) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find(file_name.toStdString()) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(PluginHost, ReadsMetadataWithoutLoadingTheLibrary) {
+  const BundleFile good = readBundleFile(plugin("muladd_1_1_0"));
+  ASSERT_TRUE(good.metadata.has_value()) << good.error.toStdString();
+  EXPECT_EQ(good.metadata->name, "muladd");
+  EXPECT_EQ(good.metadata->version_text, "1.1.0");
+  EXPECT_EQ(good.metadata->defines, QStringList{"extension_cpp"});
+  EXPECT_EQ(good.sha256.size(), 64);
+  const BundleFile bad = readBundleFile(testBundle("abi_major"));
+  EXPECT_THAT(bad.error.toStdString(), HasSubstr("built for SDK ABI 2.0; this host's ABI is 1.0"));
+  EXPECT_FALSE(mapped("libabi_major.so"));
+  EXPECT_FALSE(mapped("libmuladd_1_1_0.so"));
+}
+
+TEST(PluginHost, RejectsEveryBadBundleWithItsReasonAndLeavesNothingRegistered) {
+  Env env;
+  env.add(plugin("mylib"));
+  env.add(plugin("muladd_1_1_0"));
+  PluginHost host(env.dir, env.store.get());
+  host.sync();  // the good ones first: the bad ones arrive later
+  for (const char* b : {"abi_major", "abi_minor", "wrong_iid", "throws", "dup_define", "override", "orphan", "no_version"}) {
+    env.add(testBundle(b));
+  }
+  env.add(plugin("mylib"), "libmylib_copy.so");  // the same file twice: one bundle
+  {
+    std::ofstream corrupt((env.dir + "/libcorrupt.so").toStdString());
+    corrupt << "\x7f" "ELF but not really a library";
+  }
+  host.sync();
+  EXPECT_EQ(host.loaded().size(), 2u);
+  EXPECT_EQ(env.row("libmylib.so").state, "loaded");
+  EXPECT_EQ(env.row("libmuladd_1_1_0.so").state, "loaded");
+  EXPECT_THAT(env.row("libabi_major.so").reason, HasSubstr("the major must match"));
+  EXPECT_THAT(env.row("libabi_minor.so").reason, HasSubstr("needs SDK ABI 1.99, newer than this host's 1.0"));
+  EXPECT_THAT(env.row("libwrong_iid.so").reason, HasSubstr("plugin IID 'org.example.NotStrata/1' is not Strata's"));
+  EXPECT_THAT(env.row("libthrows.so").reason, HasSubstr("registration failed: the bundle gave up"));
+  EXPECT_THAT(env.row("libdup_define.so").reason, HasSubstr("defines namespace 'mylib', which bundle mylib@1.0.0 already defines"));
+  EXPECT_THAT(env.row("liboverride.so").reason, HasSubstr("may replace it only with allow_override"));
+  EXPECT_THAT(env.row("liborphan.so").reason, HasSubstr("implements namespace 'ghost', which no loaded bundle defines"));
+  EXPECT_THAT(env.row("libno_version.so").reason, HasSubstr("no \"version\""));
+  EXPECT_THAT(env.row("libcorrupt.so").reason, HasSubstr("not a Qt plugin"));
+  for (const auto& b : env.store->bundles()) {
+    if (b.state == "rejected") EXPECT_FALSE(b.reason.empty()) << b.path;
+  }
+  EXPECT_EQ(env.store->bundles().size(), 11u);  // the copy of mylib is not a second bundle
+  for (const char* owner : {"throws@", "dup_define@", "override@", "orphan@", "abi_", "wrong_iid@"}) {
+    EXPECT_EQ(registrationsOwnedBy(owner), 0u) << owner;
+  }
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("throws_ns::f")).has_value());
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("dup_define::g")).has_value());
+  EXPECT_EQ(get_kernel("extension_cpp::mymuladd", "cpu").owner(), "muladd@1.1.0");
+  EXPECT_TRUE(ops::allclose(mymuladd(ops::ones({3}), ops::ones({3}), 2.0), ops::full({3}, 3.0)));
+}
+
+TEST(PluginHost, LoadsTheHighestVersionUnlessPinned) {
+  Env env;
+  env.add(plugin("muladd_1_0_0"));
+  env.add(plugin("muladd_1_1_0"));
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
+  EXPECT_EQ(env.row("libmuladd_1_0_0.so").state, "superseded");
+  EXPECT_THAT(env.row("libmuladd_1_0_0.so").reason, HasSubstr("superseded by muladd@1.1.0"));
+  EXPECT_TRUE(Dispatcher::singleton().findSchema(parseOperatorName("extension_cpp::mysub")).has_value());
+  env.store->pin("muladd", "1.0.0", "ann");
+  host.sync();
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.0.0");
+  EXPECT_EQ(env.row("libmuladd_1_1_0.so").state, "superseded");
+  EXPECT_FALSE(Dispatcher::singleton().findSchema(parseOperatorName("extension_cpp::mysub")).has_value());
+  EXPECT_EQ(get_kernel("extension_cpp::mymuladd", "cpu").owner(), "muladd@1.0.0");
+  env.store->unpin("muladd", "ann");
+  host.sync();
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
+}
+
+TEST(PluginHost, DependentsLoadAfterTheirDefinerAndAreRefusedWithoutOne) {
+  {
+    Env env;
+    env.add(plugin("flop_counter"));
+    PluginHost host(env.dir, env.store.get());
+    host.sync();
+    EXPECT_TRUE(host.loaded().empty());
+    EXPECT_THAT(env.row("libflop_counter.so").reason,
+                HasSubstr("implements namespace 'extension_cpp', which no loaded bundle defines"));
+  }
+  Env env;
+  env.add(plugin("flop_counter"));  // sorts before muladd: order comes from the metadata
+  env.add(plugin("muladd_1_1_0"));
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  ASSERT_EQ(host.loaded().size(), 2u);
+  EXPECT_LT(host.loaded().at("muladd").seq, host.loaded().at("flop_counter").seq);
+  const auto rules = Dispatcher::singleton().rules(parseOperatorName("extension_cpp::mymuladd"));
+  ASSERT_EQ(rules.size(), 1u);
+  EXPECT_EQ(rules[0].owner, "flop_counter@1.0.0");
+  // Disabling the definer takes its dependent with it; enabling brings both back.
+  env.store->setBundleDisabled("muladd", true, "test", "ann");
+  host.sync();
+  EXPECT_TRUE(host.loaded().empty());
+  EXPECT_EQ(registrationsOwnedBy("flop_counter@"), 0u);
+  EXPECT_EQ(env.row("libmuladd_1_1_0.so").state, "disabled");
+  env.store->setBundleDisabled("muladd", false, "", "ann");
+  host.sync();
+  EXPECT_EQ(host.loaded().size(), 2u);
+}
+
+TEST(PluginHost, AKernelDisabledBeforeItsBundleLoadsIsDisabledOnLoadAndAfterARestart) {
+  Env env;
+  env.add(plugin("muladd_1_1_0"));
+  env.store->setKernelState("extension_cpp::mymuladd", "CPU", false, "before load", "ann");
+  const Tensor a = ops::ones({3});
+  {
+    PluginHost host(env.dir, env.store.get());
+    host.sync();
+    EXPECT_THAT(testing::errorOf([&] { mymuladd(a, a, 2.0); }), HasSubstr("extension_cpp::mymuladd"));
+    EXPECT_FALSE(is_kernel_enabled("extension_cpp::mymuladd", "cpu"));
+  }
+  set_kernel_enabled("extension_cpp::mymuladd", "cpu", true);  // forget it in-process: a "restart"
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  EXPECT_FALSE(is_kernel_enabled("extension_cpp::mymuladd", "cpu"));
+  env.store->setKernelState("extension_cpp::mymuladd", "CPU", true, "", "ann");
+  host.sync();
+  EXPECT_TRUE(ops::allclose(mymuladd(a, a, 2.0), ops::full({3}, 3.0)));
+}
+
+TEST(PluginHost, RemovingAndReplacingABundleWhileAnotherThreadDispatches) {
+  Env env;
+  env.add(plugin("muladd_1_0_0"));
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, refused{0}, wrong{0};
+  std::thread caller([&] {
+    const Tensor a = ops::ones({4});
+    while (!stop.load()) {
+      try {
+        auto op = Dispatcher::singleton().findSchema(parseOperatorName("extension_cpp::mymuladd"));
+        if (!op) {
+          ++refused;
+          continue;
+        }
+        Stack s{a, a, 2.0};
+        op->callBoxed(s);
+        if (ops::allclose(s[0].toTensor(), ops::full({4}, 3.0))) ++ok;
+        else ++wrong;
+      } catch (const Error&) {
+        ++refused;  // removed between the lookup and the call: a clean error
+      }
+    }
+  });
+  for (int i = 0; i < 5; ++i) {
+    env.remove("libmuladd_1_0_0.so");
+    host.sync();
+    EXPECT_TRUE(host.loaded().empty());
+    env.add(plugin("muladd_1_1_0"));
+    host.sync();
+    EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
+    env.remove("libmuladd_1_1_0.so");
+    env.add(plugin("muladd_1_0_0"));
+    host.sync();
+    EXPECT_EQ(host.loaded().at("muladd").version, "1.0.0");
+  }
+  stop = true;
+  caller.join();
+  EXPECT_GT(ok.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(env.row("libmuladd_1_0_0.so").state, "loaded");
+}
+
+}  // namespace
+}  // namespace strata::host
