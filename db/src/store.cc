@@ -372,15 +372,16 @@ std::vector<KernelStateRow> Store::kernelStates() {
   return out;
 }
 
+std::string Store::pinnedVersion(const std::string& name) {
+  Stmt s = prepare("SELECT version FROM pins WHERE name = ?");
+  s.bind(name);
+  return s.step() ? s.text(0) : std::string();
+}
+
 int64_t Store::pin(const std::string& name, const std::string& version, const std::string& actor) {
   int64_t change = 0;
   transaction([&] {
-    std::string before;
-    {
-      Stmt s = prepare("SELECT version FROM pins WHERE name = ?");
-      s.bind(name);
-      if (s.step()) before = s.text(0);
-    }
+    const std::string before = pinnedVersion(name);
     prepare(
         "INSERT INTO pins (name, version, actor) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
         "version = excluded.version, actor = excluded.actor, time = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')")
@@ -397,12 +398,7 @@ int64_t Store::pin(const std::string& name, const std::string& version, const st
 int64_t Store::unpin(const std::string& name, const std::string& actor) {
   int64_t change = 0;
   transaction([&] {
-    std::string before;
-    {
-      Stmt s = prepare("SELECT version FROM pins WHERE name = ?");
-      s.bind(name);
-      if (s.step()) before = s.text(0);
-    }
+    const std::string before = pinnedVersion(name);
     prepare("DELETE FROM pins WHERE name = ?").bind(name).run();
     audit(actor, "bundle.unpin", name, before, "");
     change = addChange("pin", name);

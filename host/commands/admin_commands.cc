@@ -10,6 +10,7 @@
 #include <QTimer>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <set>
 #include <unistd.h>

@@ -104,7 +104,7 @@ bool validModeName(std::string_view name) {
   return true;
 }
 
-RegistrationHandleRAII registerModeTypeLocked(std::string name, std::string description, ModeFactory factory,
+RegistrationHandleRAII addModeType(std::string name, std::string description, ModeFactory factory,
                                               std::string debug) {
   STRATA_CHECK(validModeName(name), Value, "invalid mode type name '", name, "' (", debug,
                "): use letters, digits, '_', '.' and '-'");
@@ -143,13 +143,13 @@ struct Runtime {
     fallback = Dispatcher::singleton().registerFallback(
         DispatchKey::Mode, KernelFunction::makeFromBoxedFunctor(&modeFallback),
         {RegistrationOwnerGuard::current(), where(here), false});
-    builtin_types.push_back(registerModeTypeLocked(
+    builtin_types.push_back(addModeType(
         "trace", "records every op (name, shapes, dtypes, outputs) as a graph; prints, exports JSON, replays",
         [] { return std::make_shared<TraceMode>(); }, where(here)));
-    builtin_types.push_back(registerModeTypeLocked(
+    builtin_types.push_back(addModeType(
         "log", "one line per op (name, shapes, time taken) to the log sink",
         [] { return std::make_shared<LogMode>(); }, where(here)));
-    builtin_types.push_back(registerModeTypeLocked(
+    builtin_types.push_back(addModeType(
         "passthrough", "calls the op below and returns", [] { return std::make_shared<PassthroughMode>(); },
         where(here)));
   }
@@ -216,8 +216,7 @@ Stack call(const OperatorHandle& op, Stack args) {
 
 Stack PassthroughMode::dispatch(const OperatorHandle& op, const TensorTypes&, Stack args) {
   ++calls_;
-  op.callBoxed(args);
-  return args;
+  return call(op, std::move(args));
 }
 
 void initialize() {
@@ -276,7 +275,7 @@ RegistrationHandleRAII registerTorchDispatch(std::string_view op, const std::typ
 RegistrationHandleRAII register_mode_type(std::string name, std::string description, ModeFactory factory,
                                           std::source_location loc) {
   initialize();
-  return registerModeTypeLocked(std::move(name), std::move(description), std::move(factory), where(loc));
+  return addModeType(std::move(name), std::move(description), std::move(factory), where(loc));
 }
 
 void register_mode_type(std::string name, std::string description, ModeFactory factory, Library& lib,

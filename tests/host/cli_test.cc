@@ -253,6 +253,60 @@ TEST(CliCallTest, GarbageArgumentsNeverCrash) {
 
 namespace strata_e2e {
 
+// The admin commands' bad input: each a clear error naming the thing, with its exit code.
+TEST(AdminCommands, BadInputIsAClearErrorWithTheRightExitCode) {
+  char tmpl[] = "/tmp/strata-admin-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string db = " --db " + dir + "/s.db";
+  Result r = run("kernel disable 'not an op' cpu" + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("not an op"));
+  r = run("kernel disable a::b warpdrive" + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("warpdrive"));
+  r = run("kernel frobnicate a::b cpu" + db);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("expected disable|enable OP DEVICE_OR_KEY"));
+  r = run("kernel disable a::b cpu --wait soon" + db);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("--wait expects a number of seconds"));
+  r = run("plugins frobnicate" + db);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("unknown action 'frobnicate'"));
+  r = run("plugins pin muladd" + db);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("pin: expected 2 argument(s), got 1"));
+  r = run("plugins show nosuchbundle --plugins " + dir + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("no bundle named 'nosuchbundle'"));
+  r = run("audit --since yesterdayish" + db);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("--since 'yesterdayish' is not an ISO 8601 time"));
+  std::ofstream(dir + "/junk.db") << "not a database, only text, long enough to fill an SQLite header page.....";
+  r = run("audit --db " + dir + "/junk.db");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, ::testing::HasSubstr(dir + "/junk.db"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("not a database"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// --wait names the live hosts that have not applied the change when it times out.
+TEST(AdminCommands, WaitTimesOutNamingTheHostsBehind) {
+  char tmpl[] = "/tmp/strata-wait-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string db = dir + "/s.db";
+  ASSERT_EQ(run("audit --db " + db).status, 0);  // creates the store
+  // A host on another machine that heartbeats but never applies anything.
+  ASSERT_EQ(std::system(("sqlite3 " + db + " \"INSERT INTO hosts (id, pid) VALUES ('elsewhere:42', 42)\"").c_str()), 0);
+  Result r = run("kernel disable a::b cpu --wait 0.3 --db " + db);
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("not applied within 0.3 s by: elsewhere:42"));
+  // The change itself was recorded and audited.
+  r = run("audit --op a::b --db " + db);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("kernel.disable"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // The whole host: `strata serve` as a process on a temp plugin dir and store; a
 // second process disables a kernel with --wait; a new bundle version is copied in;
 // SIGTERM stops the host and the store is intact.

@@ -261,6 +261,33 @@ TEST(ModeHandler, ResultsThatDoNotFitTheSchemaAreAnErrorNamingModeAndOp) {
   EXPECT_THAT(e, HasSubstr("returned 0 value(s)"));
 }
 
+struct WrongTypeMode : DispatchMode {
+  Stack dispatch(const OperatorHandle&, const TensorTypes&, Stack) override { return {IValue(int64_t{3})}; }
+  std::string name() const override { return "wrong_type"; }
+};
+
+TEST(ModeHandler, AResultOfTheWrongTypeIsAnErrorNamingModeOpAndResult) {
+  CountingOp foo("mode_wrong_type");
+  const Tensor x = ops::ones({2});
+  ModeGuard g(std::make_shared<WrongTypeMode>());
+  const std::string e = errorOf([&] { foo.call(x); });
+  EXPECT_THAT(e, HasSubstr("mode_wrong_type::foo: the dispatch() of mode wrong_type returned int for result 0, "
+                           "which the schema declares Tensor"));
+}
+
+TEST(ModeStack, AGuardWhoseModeIsNotOnTopLeavesTheStackAlone) {
+  std::vector<std::string> log;
+  auto stray = std::make_shared<RecordingMode>("stray", &log);
+  {
+    ModeGuard g(std::make_shared<RecordingMode>("scoped", &log));
+    modes::push_mode(stray);  // not popped before the guard ends
+  }
+  EXPECT_EQ(modes::mode_stack_size(), 2u);
+  EXPECT_EQ(modes::pop_mode(), stray);
+  modes::pop_mode();
+  EXPECT_FALSE(modeKeyIncluded());
+}
+
 TEST(ModeHandler, HandlersRunBelowTheLayersAboveMode) {
   // An op with an AutogradCPU kernel that redispatches: called with a tensor that
   // requires grad, the autograd kernel runs once, not again when the handler calls
@@ -502,6 +529,18 @@ TEST(TraceMode, ReplayReturnsTheValuesNoLaterNodeUses) {
   EXPECT_EQ(trace->numNodes(), 0u);
 }
 
+TEST(TraceMode, ReplayOfAnOpThatIsGoneIsAnErrorNamingIt) {
+  auto trace = std::make_shared<modes::TraceMode>();
+  const Tensor x = ops::ones({2});
+  {
+    CountingOp foo("trace_gone");
+    ModeGuard g(trace);
+    foo.call(x);
+  }
+  EXPECT_THAT(errorOf([&] { trace->graph().replay({x}); }),
+              HasSubstr("replay: the trace calls trace_gone::foo, which is no longer registered"));
+}
+
 TEST(TraceMode, AFailingOpIsNotRecorded) {
   MulAddOps m;
   auto trace = std::make_shared<modes::TraceMode>();
@@ -586,6 +625,10 @@ TEST(ModeTypes, BuiltinsByNameAndRegisteredTypesWithOwners) {
   EXPECT_THAT(errorOf([] { modes::make_mode("my_mode"); }), HasSubstr("no mode type named 'my_mode'"));
   EXPECT_THAT(errorOf([] { auto h = modes::register_mode_type("bad name", "", [] { return nullptr; }); }),
               HasSubstr("invalid mode type name 'bad name'"));
+  EXPECT_THAT(errorOf([] { auto h = modes::register_mode_type("empty_factory", "", nullptr); }),
+              HasSubstr("mode type 'empty_factory' (registered at "));
+  EXPECT_THAT(errorOf([] { auto h = modes::register_mode_type("empty_factory", "", nullptr); }),
+              HasSubstr(") has no factory"));
   auto null_factory = modes::register_mode_type("null_mode", "", [] { return nullptr; });
   EXPECT_THAT(errorOf([] { modes::make_mode("null_mode"); }), HasSubstr("returned null"));
 }

@@ -105,6 +105,8 @@ class Store {
   int64_t pin(const std::string& name, const std::string& version, const std::string& actor);
   int64_t unpin(const std::string& name, const std::string& actor);
   std::vector<PinRow> pins();
+  // "" when name is not pinned.
+  std::string pinnedVersion(const std::string& name);
   int64_t setBundleDisabled(const std::string& name, bool disabled, const std::string& reason, const std::string& actor);
   std::set<std::string> disabledBundles();
   // The newest change id (0 when none).
