@@ -444,7 +444,10 @@ class STRATA_API Dispatcher {
 // loads a bundle inside a batch, and on failure removes what the bundle registered
 // before the batch ends, so calls see the bundle all at once or not at all (Note
 // [The load transaction] in host/). One thread at a time may hold a batch; batches
-// nest on that thread.
+// nest on that thread. A registration another thread makes meanwhile on an op the
+// batch touched republishes that op's table as it then stands, staged kernels
+// included: batches keep calls from seeing a half-loaded bundle, they do not isolate
+// two registering threads (the host registers from one thread).
 class STRATA_API RegistrationBatch {
  public:
   RegistrationBatch();
