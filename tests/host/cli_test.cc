@@ -290,6 +290,27 @@ TEST(AdminCommands, BadInputIsAClearErrorWithTheRightExitCode) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// Modes from the command line on the bundled ops: the trace prints the recorded
+// graph; the flop_counter mode a bundle brings counts by its rule for mymuladd.
+TEST(CallModes, TraceAndABundlesModeOnTheMulAddOps) {
+  char tmpl[] = "/tmp/strata-modes-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string opts = " --plugins " STRATA_PLUGIN_BUILD_DIR " --db " + dir + "/s.db";
+  Result r = run("call extension_cpp::mymuladd 'ones(3)' 'ones(3)' 2.0 --mode trace" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("tensor([3., 3., 3.])\ntrace (1 op):\n"
+                                          "graph(%0 : float32[3] cpu, %1 : float32[3] cpu):\n"
+                                          "  %2 : float32[3] cpu = extension_cpp::mymuladd(%0, %1, 2"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("  return (%2)\n"));
+  r = run("call extension_cpp::mymuladd 'ones(3)' 'ones(3)' 2.0 --mode flop_counter" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("flop_counter: 6 flops\n  extension_cpp::mymuladd: 6"));
+  r = run("call extension_cpp::mymuladd 'ones(3)' 'ones(3)' 2.0 --mode nope" + opts);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("no mode type named 'nope'; known: flop_counter, log, passthrough, trace"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // --wait names the live hosts that have not applied the change when it times out.
 TEST(AdminCommands, WaitTimesOutNamingTheHostsBehind) {
   char tmpl[] = "/tmp/strata-wait-XXXXXX";
