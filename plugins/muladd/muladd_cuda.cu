@@ -1,5 +1,9 @@
-// CUDA kernels of the muladd bundle (float32, contiguous). Launched on the
-// default stream; the C++ side checks shapes and dtypes.
+// CUDA kernels of the muladd bundle (float32, contiguous), launched on the default
+// stream like the SDK's own CUDA kernels, so a copy back to the host (a cudaMemcpy)
+// waits for them. The C++ side checks devices, shapes and dtypes; each launcher
+// returns null, or the CUDA runtime's reason when the launch failed.
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 namespace {
@@ -17,14 +21,24 @@ __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n
 }
 constexpr int kThreads = 256;
 unsigned blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+const char* launched() {
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+}
 }  // namespace
 
-extern "C" void extension_cpp_muladd_launch(const float* a, const float* b, float c, float* out, int64_t n) {
-  if (n > 0) muladd_kernel<<<blocks(n), kThreads>>>(a, b, c, out, n);
+extern "C" const char* extension_cpp_muladd_launch(const float* a, const float* b, float c, float* out, int64_t n) {
+  if (n == 0) return nullptr;
+  muladd_kernel<<<blocks(n), kThreads>>>(a, b, c, out, n);
+  return launched();
 }
-extern "C" void extension_cpp_mul_launch(const float* a, const float* b, float* out, int64_t n) {
-  if (n > 0) mul_kernel<<<blocks(n), kThreads>>>(a, b, out, n);
+extern "C" const char* extension_cpp_mul_launch(const float* a, const float* b, float* out, int64_t n) {
+  if (n == 0) return nullptr;
+  mul_kernel<<<blocks(n), kThreads>>>(a, b, out, n);
+  return launched();
 }
-extern "C" void extension_cpp_add_launch(const float* a, const float* b, float* out, int64_t n) {
-  if (n > 0) add_kernel<<<blocks(n), kThreads>>>(a, b, out, n);
+extern "C" const char* extension_cpp_add_launch(const float* a, const float* b, float* out, int64_t n) {
+  if (n == 0) return nullptr;
+  add_kernel<<<blocks(n), kThreads>>>(a, b, out, n);
+  return launched();
 }

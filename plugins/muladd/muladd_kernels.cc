@@ -23,6 +23,8 @@ std::string shapeStr(const Tensor& t) {
 }
 
 void checkPair(const Tensor& a, const Tensor& b, const char* op) {
+  STRATA_CHECK(a.device() == b.device(), Device, op, ": expected a and b on the same device, got ", a.device().str(),
+               " and ", b.device().str());
   STRATA_CHECK(shape(a) == shape(b), Value, op, ": a and b must have the same shape, got ", shapeStr(a), " and ",
                shapeStr(b));
   STRATA_CHECK(a.dtype() == strata::ScalarType::Float && b.dtype() == strata::ScalarType::Float, Value, op,
@@ -56,11 +58,19 @@ Tensor mysub_cpu(const Tensor& a, const Tensor& b) {
   return strata::ops::sub(a, b);
 }
 
-void myadd_out_cpu(const Tensor& a, const Tensor& b, Tensor& out) {
+// myadd_out writes its result into out: a contiguous float32 tensor of a's shape, on
+// a's device.
+void checkOut(const Tensor& a, const Tensor& b, const Tensor& out) {
   checkPair(a, b, "myadd_out");
-  STRATA_CHECK(shape(out) == shape(a) && out.dtype() == strata::ScalarType::Float &&
-                   out.is_contiguous(),
-               Value, "myadd_out: out must be a contiguous float32 tensor of a's shape");
+  STRATA_CHECK(out.device() == a.device(), Device, "myadd_out: expected out on ", a.device().str(), ", got ",
+               out.device().str());
+  STRATA_CHECK(shape(out) == shape(a) && out.dtype() == strata::ScalarType::Float && out.is_contiguous(), Value,
+               "myadd_out: out must be a contiguous float32 tensor of shape ", shapeStr(a), ", got ",
+               toString(out.dtype()), " ", shapeStr(out), out.is_contiguous() ? "" : " (not contiguous)");
+}
+
+void myadd_out_cpu(const Tensor& a, const Tensor& b, Tensor& out) {
+  checkOut(a, b, out);
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
   const float* pa = ac.data_ptr<float>();
   const float* pb = bc.data_ptr<float>();
@@ -77,39 +87,45 @@ Tensor mymul_meta(const Tensor& a, const Tensor& b) {
   checkPair(a, b, "mymul");
   return strata::ops::empty(shape(a), a.dtype(), strata::Device(strata::DeviceType::Meta));
 }
-void myadd_out_meta(const Tensor& a, const Tensor& b, Tensor&) { checkPair(a, b, "myadd_out"); }
+void myadd_out_meta(const Tensor& a, const Tensor& b, Tensor& out) { checkOut(a, b, out); }
 
 }  // namespace
 
 }  // namespace extension_cpp
 
 #ifdef MULADD_WITH_CUDA
-// From muladd_cuda.cu (C++17, no SDK headers).
-extern "C" void extension_cpp_muladd_launch(const float* a, const float* b, float c, float* out, int64_t n);
-extern "C" void extension_cpp_mul_launch(const float* a, const float* b, float* out, int64_t n);
-extern "C" void extension_cpp_add_launch(const float* a, const float* b, float* out, int64_t n);
+// From muladd_cuda.cu (C++17, no SDK headers): null, or why the launch failed.
+extern "C" const char* extension_cpp_muladd_launch(const float* a, const float* b, float c, float* out, int64_t n);
+extern "C" const char* extension_cpp_mul_launch(const float* a, const float* b, float* out, int64_t n);
+extern "C" const char* extension_cpp_add_launch(const float* a, const float* b, float* out, int64_t n);
 
 namespace extension_cpp {
 namespace {
+void checkLaunch(const char* error, const char* op) {
+  STRATA_CHECK(error == nullptr, Device, op, ": the CUDA kernel failed to launch: ", error);
+}
 Tensor mymuladd_cuda(const Tensor& a, const Tensor& b, double c) {
   checkPair(a, b, "mymuladd");
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
   Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float, a.device());
-  extension_cpp_muladd_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), static_cast<float>(c),
-                              out.data_ptr<float>(), out.numel());
+  checkLaunch(extension_cpp_muladd_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), static_cast<float>(c),
+                                          out.data_ptr<float>(), out.numel()),
+              "mymuladd");
   return out;
 }
 Tensor mymul_cuda(const Tensor& a, const Tensor& b) {
   checkPair(a, b, "mymul");
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
   Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float, a.device());
-  extension_cpp_mul_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(), out.numel());
+  checkLaunch(extension_cpp_mul_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(), out.numel()),
+              "mymul");
   return out;
 }
 void myadd_out_cuda(const Tensor& a, const Tensor& b, Tensor& out) {
-  checkPair(a, b, "myadd_out");
+  checkOut(a, b, out);
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
-  extension_cpp_add_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(), out.numel());
+  checkLaunch(extension_cpp_add_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(), out.numel()),
+              "myadd_out");
 }
 }  // namespace
 }  // namespace extension_cpp

@@ -9,9 +9,11 @@
 
 #include <atomic>
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include "plugin_host.h"
+#include "strata/cuda.h"
 #include "strata/dispatcher.h"
 #include "strata/ops.h"
 #include "dispatch/test_util.h"
@@ -246,6 +248,65 @@ TEST(PluginHost, RemovingAndReplacingABundleWhileAnotherThreadDispatches) {
   EXPECT_GT(ok.load(), 0);
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_EQ(env.row("libmuladd_1_0_0.so").state, "loaded");
+}
+
+// Normal(0, 1) float32 values: never zeros, which would hide unwritten outputs.
+Tensor randomTensor(std::vector<int64_t> shape, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = normal(rng);
+  return ops::reshape(from_vector<float>(v), shape);
+}
+
+// The muladd bundle's kernels on each device, held to the same numbers: CPU and CUDA
+// compute a*b+c, a*b and a+b; Meta gives the shape only; mixed devices are refused.
+TEST(MulAddBundle, KernelsOnEveryDeviceAgree) {
+  Env env;
+  env.add(plugin("muladd_1_1_0"));
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  auto& d = Dispatcher::singleton();
+  const auto mymul = d.findSchemaOrThrow("extension_cpp::mymul").typed<Tensor(const Tensor&, const Tensor&)>();
+  const auto myadd_out =
+      d.findSchemaOrThrow("extension_cpp::myadd_out").typed<void(const Tensor&, const Tensor&, Tensor&)>();
+  const Tensor a = randomTensor({5, 7}, 1), b = randomTensor({5, 7}, 2);
+  const Tensor want = ops::add(ops::mul(a, b), 0.5);
+  EXPECT_TRUE(ops::allclose(mymuladd(a, b, 0.5), want));
+  EXPECT_TRUE(ops::allclose(mymul.call(a, b), ops::mul(a, b)));
+  Tensor out = ops::empty({5, 7});
+  myadd_out.call(a, b, out);
+  EXPECT_TRUE(ops::allclose(out, ops::add(a, b)));
+
+  const Device meta(DeviceType::Meta);
+  const Tensor m = mymuladd(ops::empty({5, 7}, kFloat32, meta), ops::empty({5, 7}, kFloat32, meta), 0.5);
+  EXPECT_EQ(m.device(), meta);
+  EXPECT_EQ(m.sizes().size(), 2u);
+  EXPECT_THAT(testing::errorOf([&] { mymuladd(a, ops::empty({5, 7}, kFloat32, meta), 0.5); }),
+              HasSubstr("mymuladd: expected a and b on the same device, got cpu and meta"));
+
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  const Device gpu(DeviceType::CUDA, 0);
+  const Tensor ga = a.to(gpu), gb = b.to(gpu);
+  const Tensor r = mymuladd(ga, gb, 0.5);
+  EXPECT_TRUE(r.is_cuda());
+  EXPECT_TRUE(ops::allclose(r.to(kCPU), want, 1e-5, 1e-6));
+  EXPECT_TRUE(ops::allclose(mymul.call(ga, gb).to(kCPU), ops::mul(a, b), 1e-5, 1e-6));
+  Tensor gout = ops::empty({5, 7}, kFloat32, gpu);
+  myadd_out.call(ga, gb, gout);
+  EXPECT_TRUE(ops::allclose(gout.to(kCPU), ops::add(a, b), 1e-5, 1e-6));
+  // Non-contiguous inputs are made contiguous first; a large size takes many blocks.
+  const Tensor big = randomTensor({1 << 20}, 3);
+  EXPECT_TRUE(ops::allclose(mymuladd(big.to(gpu), big.to(gpu), -1.0).to(kCPU), ops::sub(ops::mul(big, big), 1.0),
+                            1e-5, 1e-6));
+  const Tensor at = ops::t(a);
+  EXPECT_TRUE(ops::allclose(mymul.call(at.to(gpu), at.to(gpu)).to(kCPU), ops::mul(at, at), 1e-5, 1e-6));
+  EXPECT_THAT(testing::errorOf([&] { mymuladd(ga, b, 0.5); }),
+              HasSubstr("mymuladd: expected a and b on the same device, got cuda:0 and cpu"));
+  EXPECT_THAT(testing::errorOf([&] { myadd_out.call(ga, gb, out); }),
+              HasSubstr("myadd_out: expected out on cuda:0, got cpu"));
 }
 
 }  // namespace
