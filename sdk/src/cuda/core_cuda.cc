@@ -33,8 +33,11 @@ DType dtypeOf(ScalarType t) {
   STRATA_FAIL(Type, "CUDA: unsupported dtype code ", static_cast<int>(t));
 }
 
+// Launches are asynchronous on the default stream, as in PyTorch: what follows on the
+// device is ordered after the kernel, and a copy to the host waits for it. A launch
+// error is reported here; an error while the kernel runs surfaces at the next call
+// that synchronizes (CUDA_LAUNCH_BLOCKING=1 reports it at the launch instead).
 void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) e = cudaDeviceSynchronize();
   STRATA_CHECK(e == cudaSuccess, Device, "CUDA kernel ", what, " failed: ", cudaGetErrorString(e));
 }
 

@@ -88,8 +88,8 @@ void fill(void* dst, const void* pattern, size_t elem_size, size_t count, int de
   DeviceGuard guard(device);
   uint64_t bits = 0;
   std::memcpy(&bits, pattern, elem_size);
+  // Asynchronous like every kernel launch (see core_cuda.cc): a copy to the host waits.
   check(launchFill(dst, bits, elem_size, count), "fill kernel launch");
-  check(cudaDeviceSynchronize(), "fill kernel");
 }
 
 }  // namespace detail::cuda
