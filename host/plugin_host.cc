@@ -11,6 +11,7 @@
 #include <QLoggingCategory>
 #include <QRegularExpression>
 #include <QStandardPaths>
+#include <QTemporaryDir>
 
 #include <algorithm>
 
@@ -32,6 +33,15 @@ bool isName(const QString& s) {
 bool isIdentifier(const QString& s) {
   static const QRegularExpression re("^[A-Za-z_][A-Za-z0-9_]*$");
   return re.match(s).hasMatch();
+}
+
+// The private copies of this process's bundles (Note [The load transaction], step
+// 2), shared by its hosts so one file is mapped once. Removed when the process
+// exits: the libraries stay mapped, and Linux keeps an unlinked file's pages.
+const QTemporaryDir& bundleCache() {
+  static const QTemporaryDir cache(QStandardPaths::writableLocation(QStandardPaths::TempLocation) +
+                                   "/strata-bundles-XXXXXX");
+  return cache;
 }
 
 QString sha256Of(const QString& path, QString* error) {
@@ -397,13 +407,15 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
   // Load a private copy named by content (Note [The load transaction], step 2).
   auto& loader = libs_[f.sha256];
   if (!loader) {
-    QString cache = QStandardPaths::writableLocation(QStandardPaths::TempLocation) + "/strata-bundles-" +
-                    QString::number(QCoreApplication::applicationPid());
-    QDir().mkpath(cache);
-    const QString copy = cache + "/" + f.sha256 + "-" + QFileInfo(f.path).fileName();
+    const QTemporaryDir& cache = bundleCache();
+    if (!cache.isValid()) {
+      libs_.erase(f.sha256);
+      return reject("cannot create the bundle cache: " + cache.errorString());
+    }
+    const QString copy = cache.filePath(f.sha256 + "-" + QFileInfo(f.path).fileName());
     if (!QFile::exists(copy) && !QFile::copy(f.path, copy)) {
       libs_.erase(f.sha256);
-      return reject("cannot copy to the bundle cache " + cache);
+      return reject("cannot copy to the bundle cache " + cache.path());
     }
     loader = std::make_unique<QPluginLoader>(copy);
     loader->setLoadHints(QLibrary::PreventUnloadHint);
@@ -512,21 +524,23 @@ void PluginHost::serve(const QString& host_id, int poll_ms) {
   if (store_ != nullptr) store_->registerHost(host_id.toStdString(), QCoreApplication::applicationPid());
   sync();
   QDir().mkpath(dir_);
-  watcher_.addPath(dir_);
+  // Made here, not with the host: only a serving host watches (and needs an event loop).
+  watcher_ = std::make_unique<QFileSystemWatcher>();
+  watcher_->addPath(dir_);
   // A directory change may be a file still being written: rescan once it settles.
   rescan_timer_.setSingleShot(true);
   rescan_timer_.setInterval(100);
-  connect(&watcher_, &QFileSystemWatcher::directoryChanged, this, [this] { rescan_timer_.start(); });
-  connect(&watcher_, &QFileSystemWatcher::fileChanged, this, [this] { rescan_timer_.start(); });
+  connect(watcher_.get(), &QFileSystemWatcher::directoryChanged, this, [this] { rescan_timer_.start(); });
+  connect(watcher_.get(), &QFileSystemWatcher::fileChanged, this, [this] { rescan_timer_.start(); });
   connect(&rescan_timer_, &QTimer::timeout, this, [this] {
     const QStringList what = rescan();
     for (const auto& w : what) qCInfo(lcHost).noquote() << w;
     // Files are watched too, so one replaced in place is seen.
-    const QStringList files = watcher_.files();
-    if (!files.isEmpty()) watcher_.removePaths(files);
-    for (const auto& [_, l] : loaded_) watcher_.addPath(l.path);
+    const QStringList files = watcher_->files();
+    if (!files.isEmpty()) watcher_->removePaths(files);
+    for (const auto& [_, l] : loaded_) watcher_->addPath(l.path);
   });
-  for (const auto& [_, l] : loaded_) watcher_.addPath(l.path);
+  for (const auto& [_, l] : loaded_) watcher_->addPath(l.path);
   connect(&poll_timer_, &QTimer::timeout, this, &PluginHost::poll);
   poll_timer_.start(poll_ms);
   connect(&heartbeat_timer_, &QTimer::timeout, this, [this] {

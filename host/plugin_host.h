@@ -115,7 +115,7 @@ class PluginHost : public QObject {
   db::Store* store_;
   std::map<QString, Loaded> loaded_;                       // by bundle name
   std::map<QString, std::unique_ptr<QPluginLoader>> libs_;  // by sha256; never unloaded
-  QFileSystemWatcher watcher_;
+  std::unique_ptr<QFileSystemWatcher> watcher_;  // serve() only
   QTimer poll_timer_, heartbeat_timer_, rescan_timer_;
   QString host_id_;
   int64_t data_version_ = -1;
