@@ -409,6 +409,12 @@ class STRATA_API Dispatcher {
   std::vector<RegistrationInfo> registrations(const OperatorName& op);
   std::vector<RegistrationInfo> fallbacks();
   std::vector<RuleInfo> rules(const OperatorName& op);
+  // Everything one owner registered (defs, kernels, fallbacks, rules), in one pass.
+  struct Owned {
+    std::vector<RegistrationInfo> registrations;
+    std::vector<RuleInfo> rules;
+  };
+  Owned ownedBy(const std::string& owner);
   // One entry per runtime key plus the empty-set slot (key Undefined).
   std::vector<SlotInfo> computedTable(const OperatorName& op);
   // The table, registrations and enable state, as text.

@@ -293,7 +293,14 @@ DispatchKeySet OperatorInfo::argumentKeys(const Stack& stack) const {
 
 struct Dispatcher::Impl {
   std::mutex mu;
-  std::unordered_map<std::string, std::unique_ptr<OperatorEntry>> ops;  // never erased
+  struct NameHash {
+    size_t operator()(const OperatorName& n) const noexcept {
+      const size_t h = std::hash<std::string_view>()(n.name);
+      return h ^ (std::hash<std::string_view>()(n.overload_name) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+    }
+  };
+  // Keyed by the name itself, so a lookup builds no string.
+  std::unordered_map<OperatorName, std::unique_ptr<OperatorEntry>, NameHash> ops;  // never erased
   std::array<std::shared_ptr<KernelRecord>, kNumRuntimeKeySlots> fallbacks;
   std::set<std::pair<std::string, DispatchKey>> disabled;  // (op, key) pairs switched off
   std::map<std::string, std::string> def_libraries;              // ns -> where
@@ -303,7 +310,7 @@ struct Dispatcher::Impl {
   std::vector<std::unique_ptr<Library>> builtins;  // owner "builtin"; see registerBuiltins
 
   OperatorEntry& entry(const OperatorName& name) {
-    auto& slot = ops[name.str()];
+    auto& slot = ops[name];
     if (!slot) {
       slot = std::make_unique<OperatorEntry>(name);
       for (auto& s : slot->core.table) s.store(&sharedKernels().missing, std::memory_order_relaxed);
@@ -311,11 +318,16 @@ struct Dispatcher::Impl {
     return *slot;
   }
   OperatorEntry* find(const OperatorName& name) {
-    auto it = ops.find(name.str());
+    auto it = ops.find(name);
     return it == ops.end() ? nullptr : it->second.get();
   }
 
   bool isDisabled(const std::string& op, DispatchKey k) const { return disabled.count({op, k}) != 0; }
+
+  // Introspection records, all of them (owner == nullptr) or one owner's.
+  void appendRegistrations(const OperatorEntry& e, const std::string* owner, std::vector<RegistrationInfo>& out);
+  void appendRules(const OperatorEntry& e, const std::string* owner, std::vector<RuleInfo>& out);
+  void appendFallbacks(const std::string* owner, std::vector<RegistrationInfo>& out);
 
   std::shared_ptr<KernelRecord> top(const OperatorEntry& e, DispatchKey k) const {
     if (isDisabled(e.qualified, k)) return nullptr;
@@ -724,43 +736,46 @@ bool Dispatcher::isKernelEnabled(const OperatorName& op, DispatchKey key) {
   return !impl_->isDisabled(op.str(), key);
 }
 
-std::vector<RegistrationInfo> Dispatcher::registrations(const OperatorName& op) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  std::vector<RegistrationInfo> out;
-  OperatorEntry* e = impl_->find(op);
-  if (e == nullptr) return out;
-  if (e->def) {
+// The registrations of e (owner == nullptr) or those of one owner, appended to out.
+void Dispatcher::Impl::appendRegistrations(const OperatorEntry& e, const std::string* owner,
+                                           std::vector<RegistrationInfo>& out) {
+  if (e.def && (owner == nullptr || e.def->owner == *owner)) {
     RegistrationInfo r;
     r.what = RegistrationInfo::What::Def;
-    r.op = e->qualified;
+    r.op = e.qualified;
     r.kind = "def";
-    r.owner = e->def->owner;
-    r.debug = e->def->debug;
+    r.owner = e.def->owner;
+    r.debug = e.def->debug;
     out.push_back(std::move(r));
   }
-  for (const auto& [key, list] : e->kernels) {
+  for (const auto& [key, list] : e.kernels) {
     bool first = true;
     for (const auto& k : list) {
+      const bool active = std::exchange(first, false);
+      if (owner != nullptr && k->owner != *owner) continue;
       RegistrationInfo r;
-      r.op = e->qualified;
+      r.op = e.qualified;
       r.key = key;
       r.kind = KernelFunction::kindName(k->kernel.kind());
       r.owner = k->owner;
       r.debug = k->debug;
-      r.enabled = !impl_->isDisabled(e->qualified, key);
-      r.active = first;
-      first = false;
+      r.enabled = !isDisabled(e.qualified, key);
+      r.active = active;
       out.push_back(std::move(r));
     }
   }
-  return out;
 }
 
-std::vector<RegistrationInfo> Dispatcher::fallbacks() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  std::vector<RegistrationInfo> out;
-  for (const auto& fb : impl_->fallbacks) {
-    if (!fb) continue;
+void Dispatcher::Impl::appendRules(const OperatorEntry& e, const std::string* owner, std::vector<RuleInfo>& out) {
+  if (e.rules_owned == nullptr) return;
+  for (const auto& r : e.rules_owned->rules) {
+    if (owner == nullptr || r->owner == *owner) out.push_back({e.qualified, r->kind, r->target_name, r->owner, r->debug});
+  }
+}
+
+void Dispatcher::Impl::appendFallbacks(const std::string* owner, std::vector<RegistrationInfo>& out) {
+  for (const auto& fb : fallbacks) {
+    if (!fb || (owner != nullptr && fb->owner != *owner)) continue;
     RegistrationInfo r;
     r.what = RegistrationInfo::What::Fallback;
     r.key = fb->key;
@@ -769,15 +784,37 @@ std::vector<RegistrationInfo> Dispatcher::fallbacks() {
     r.debug = fb->debug;
     out.push_back(std::move(r));
   }
+}
+
+std::vector<RegistrationInfo> Dispatcher::registrations(const OperatorName& op) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<RegistrationInfo> out;
+  if (const OperatorEntry* e = impl_->find(op)) impl_->appendRegistrations(*e, nullptr, out);
+  return out;
+}
+
+std::vector<RegistrationInfo> Dispatcher::fallbacks() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<RegistrationInfo> out;
+  impl_->appendFallbacks(nullptr, out);
   return out;
 }
 
 std::vector<RuleInfo> Dispatcher::rules(const OperatorName& op) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   std::vector<RuleInfo> out;
-  OperatorEntry* e = impl_->find(op);
-  if (e == nullptr || e->rules_owned == nullptr) return out;
-  for (const auto& r : e->rules_owned->rules) out.push_back({e->qualified, r->kind, r->target_name, r->owner, r->debug});
+  if (const OperatorEntry* e = impl_->find(op)) impl_->appendRules(*e, nullptr, out);
+  return out;
+}
+
+Dispatcher::Owned Dispatcher::ownedBy(const std::string& owner) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Owned out;
+  for (const auto& [_, e] : impl_->ops) {
+    impl_->appendRegistrations(*e, &owner, out.registrations);
+    impl_->appendRules(*e, &owner, out.rules);
+  }
+  impl_->appendFallbacks(&owner, out.registrations);
   return out;
 }
 
