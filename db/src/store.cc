@@ -203,12 +203,20 @@ void Store::exec(const std::string& sql) {
 }
 
 void Store::transaction(const std::function<void()>& f) {
-  exec("BEGIN IMMEDIATE");
+  // The outermost call holds the write lock (BEGIN IMMEDIATE) and commits once; a
+  // nested one is a savepoint, so its failure undoes only its own part.
+  const int depth = depth_;
+  const std::string sp = "nested_" + std::to_string(depth);
+  exec(depth == 0 ? "BEGIN IMMEDIATE" : "SAVEPOINT " + sp);
+  depth_ = depth + 1;
   try {
     f();
-    exec("COMMIT");
+    exec(depth == 0 ? "COMMIT" : "RELEASE " + sp);
+    depth_ = depth;
   } catch (...) {
-    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    depth_ = depth;
+    const std::string undo = depth == 0 ? "ROLLBACK" : "ROLLBACK TO " + sp + "; RELEASE " + sp;
+    sqlite3_exec(db_, undo.c_str(), nullptr, nullptr, nullptr);
     throw;
   }
 }

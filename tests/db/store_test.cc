@@ -156,5 +156,39 @@ TEST(Store, TwoConnectionsSeeEachOthersChangesThroughDataVersion) {
   EXPECT_EQ(a.kernelStates().size(), 1u);
 }
 
+// Transactions nest: a failed inner one undoes only its own writes; the outer one
+// commits everything else at once, and other connections see none of it before.
+TEST(Store, NestedTransactionsAreSavepoints) {
+  TempDir d;
+  Store a(d.file("t.db"));
+  Store b(d.file("t.db"));
+  a.transaction([&] {
+    a.pin("kept", "1.0.0", "ann");
+    EXPECT_THAT(errorOf([&] {
+                  a.transaction([&] {
+                    a.pin("undone", "1.0.0", "ann");
+                    throw std::runtime_error("inner failure");
+                  });
+                }),
+                HasSubstr("inner failure"));
+    a.setKernelState("x::y", "CPU", false, "", "ann");
+    EXPECT_TRUE(b.pins().empty());  // not committed yet
+  });
+  ASSERT_EQ(b.pins().size(), 1u);
+  EXPECT_EQ(b.pins()[0].name, "kept");
+  EXPECT_EQ(b.kernelStates().size(), 1u);
+  // An outer failure undoes everything, the inner parts included.
+  EXPECT_THAT(errorOf([&] {
+                a.transaction([&] {
+                  a.transaction([&] { a.unpin("kept", "ann"); });
+                  throw std::runtime_error("outer failure");
+                });
+              }),
+              HasSubstr("outer failure"));
+  EXPECT_EQ(b.pins().size(), 1u);
+  a.unpin("kept", "ann");  // and the store is usable afterwards
+  EXPECT_TRUE(b.pins().empty());
+}
+
 }  // namespace
 }  // namespace strata::db

@@ -82,7 +82,9 @@ class Store {
   int schemaVersion();
   // Changes when another connection commits (PRAGMA data_version).
   int64_t dataVersion();
-  // Runs f in one IMMEDIATE transaction: all of it or none.
+  // Runs f in one IMMEDIATE transaction: all of it or none. Calls nest (a nested
+  // call is a savepoint: its failure undoes its own writes, and the outer
+  // transaction goes on); the outermost commits once.
   void transaction(const std::function<void()>& f);
 
   // --- Bundles seen, keyed by sha256. ---
@@ -138,6 +140,7 @@ class Store {
 
   std::string path_;
   sqlite3* db_ = nullptr;
+  int depth_ = 0;  // transaction() nesting
 };
 
 }  // namespace strata::db
