@@ -44,6 +44,35 @@ const QTemporaryDir& bundleCache() {
   return cache;
 }
 
+// Copies src to dst if its bytes still hash to sha256 (the file may have changed
+// since discovery read it): the copy is exactly the file the metadata was read from.
+// Written beside dst and renamed, without an fsync: the cache is scratch.
+bool copyVerified(const QString& src, const QString& sha256, const QString& dst, QString* why) {
+  QFile in(src);
+  if (!in.open(QIODevice::ReadOnly)) {
+    *why = "cannot read: " + in.errorString();
+    return false;
+  }
+  const QByteArray bytes = in.readAll();
+  if (QString::fromLatin1(QCryptographicHash::hash(bytes, QCryptographicHash::Sha256).toHex()) != sha256) {
+    *why = "the file changed while it was being loaded (it is read again at the next rescan)";
+    return false;
+  }
+  QFile out(dst + ".part");
+  if (!out.open(QIODevice::WriteOnly | QIODevice::Truncate) || out.write(bytes) != bytes.size() || !out.flush()) {
+    *why = "cannot copy to the bundle cache: " + out.errorString();
+    out.remove();
+    return false;
+  }
+  out.close();
+  if (!QFile::rename(out.fileName(), dst)) {
+    *why = "cannot copy to the bundle cache: cannot rename " + out.fileName();
+    out.remove();
+    return false;
+  }
+  return true;
+}
+
 QString sha256Of(const QString& path, QString* error) {
   QFile f(path);
   if (!f.open(QIODevice::ReadOnly)) {
@@ -218,13 +247,19 @@ void PluginHost::applyKernelStates() {
 
 QStringList PluginHost::sync() {
   QStringList what;
-  if (store_ != nullptr) {
-    data_version_ = store_->dataVersion();
-    last_applied_ = store_->latestChange();  // read before applying: a later change is applied next time
-  }
-  applyKernelStates();
-  what += rescan();
-  if (store_ != nullptr && !host_id_.isEmpty()) store_->heartbeat(host_id_.toStdString(), last_applied_);
+  auto pass = [&] {
+    if (store_ != nullptr) {
+      data_version_ = store_->dataVersion();
+      last_applied_ = store_->latestChange();  // read before applying: a later change is applied next time
+    }
+    applyKernelStates();
+    what += rescan();
+    if (store_ != nullptr && !host_id_.isEmpty()) store_->heartbeat(host_id_.toStdString(), last_applied_);
+  };
+  // What one pass records (a row per bundle, its registrations) is committed as one
+  // transaction: one write to disk, not one per bundle.
+  if (store_ == nullptr) pass();
+  else store_->transaction(pass);
   return what;
 }
 
@@ -413,9 +448,12 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
       return reject("cannot create the bundle cache: " + cache.errorString());
     }
     const QString copy = cache.filePath(f.sha256 + "-" + QFileInfo(f.path).fileName());
-    if (!QFile::exists(copy) && !QFile::copy(f.path, copy)) {
-      libs_.erase(f.sha256);
-      return reject("cannot copy to the bundle cache " + cache.path());
+    if (!QFile::exists(copy)) {
+      QString why;
+      if (!copyVerified(f.path, f.sha256, copy, &why)) {
+        libs_.erase(f.sha256);
+        return reject(why);
+      }
     }
     loader = std::make_unique<QPluginLoader>(copy);
     loader->setLoadHints(QLibrary::PreventUnloadHint);
@@ -478,22 +516,20 @@ void PluginHost::recordRegistrations(const Loaded& l) {
   std::vector<db::OperatorRow> ops;
   std::vector<db::RegistrationRow> regs;
   Dispatcher& d = Dispatcher::singleton();
-  for (const OperatorName& n : d.operatorNames()) {
-    for (const auto& r : d.registrations(n)) {
-      if (r.owner != owner) continue;
-      if (r.what == RegistrationInfo::What::Def) {
-        auto h = d.findSchema(n);
-        ops.push_back({n.str(), h ? h->schema().str() : "", owner});
+  const Dispatcher::Owned owned = d.ownedBy(owner);
+  for (const auto& r : owned.registrations) {
+    switch (r.what) {
+      case RegistrationInfo::What::Def: {
+        auto h = d.findSchema(parseOperatorName(r.op));
+        ops.push_back({r.op, h ? h->schema().str() : "", owner});
+        regs.push_back({r.op, "def", r.kind, owner, r.debug});
+        break;
       }
-      regs.push_back({n.str(), r.what == RegistrationInfo::What::Def ? "def" : toString(r.key), r.kind, owner, r.debug});
-    }
-    for (const auto& r : d.rules(n)) {
-      if (r.owner == owner) regs.push_back({n.str(), r.kind + "[" + r.target + "]", "rule", owner, r.debug});
+      case RegistrationInfo::What::Impl: regs.push_back({r.op, toString(r.key), r.kind, owner, r.debug}); break;
+      case RegistrationInfo::What::Fallback: regs.push_back({"_", toString(r.key), r.kind, owner, r.debug}); break;
     }
   }
-  for (const auto& r : d.fallbacks()) {
-    if (r.owner == owner) regs.push_back({"_", toString(r.key), r.kind, owner, r.debug});
-  }
+  for (const auto& r : owned.rules) regs.push_back({r.op, r.kind + "[" + r.target + "]", "rule", owner, r.debug});
   try {
     store_->replaceRegistrations(owner, ops, regs);
   } catch (const db::StoreError& e) {
