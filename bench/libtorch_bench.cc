@@ -1,0 +1,163 @@
+// The peer benchmark: PyTorch's own C++ dispatcher (Debian's libtorch) on the
+// scenarios of dispatch_bench.cc and registry_bench.cc that PyTorch can express,
+// under the same names with a "libtorch/" prefix, so `strata bench --peer libtorch`
+// can pair them and print Strata/PyTorch per scenario. The ops and kernels are the
+// ones of ../shared/anchors/libtorch_dispatch: kernels that return an input, so
+// what is measured is the dispatcher. Not built without libtorch
+// (STRATA_BENCH_LIBTORCH); mode stacks, toggles and bundles have no C++ analogue
+// in PyTorch and are Strata-only.
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+at::Tensor ident_cpu(const at::Tensor& x) { return x; }
+at::Tensor muladd_cpu(const at::Tensor& a, const at::Tensor&, double) { return a; }
+
+TORCH_LIBRARY(strata_peer, m) {
+  m.def("ident(Tensor x) -> Tensor");
+  m.def("muladd(Tensor a, Tensor b, float c) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(strata_peer, CPU, m) {
+  m.impl("ident", &ident_cpu);
+  m.impl("muladd", &muladd_cpu);
+}
+
+using IdentSig = at::Tensor(const at::Tensor&);
+using MulAddSig = at::Tensor(const at::Tensor&, const at::Tensor&, double);
+
+const c10::TypedOperatorHandle<IdentSig>& identOp() {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("strata_peer::ident", "").typed<IdentSig>();
+  return op;
+}
+const c10::TypedOperatorHandle<MulAddSig>& muladdOp() {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("strata_peer::muladd", "").typed<MulAddSig>();
+  return op;
+}
+
+void direct_call(benchmark::State& s) {
+  const at::Tensor x = at::ones({4});
+  auto* volatile fn = &ident_cpu;
+  for (auto _ : s) benchmark::DoNotOptimize(fn(x));
+}
+BENCHMARK(direct_call)->Name("libtorch/direct_call");
+
+// InferenceMode takes the autograd keys off new tensors: {CPU} alone, as Strata's
+// tensors that do not require grad.
+void unboxed_ident(benchmark::State& s) {
+  c10::InferenceMode guard;
+  const at::Tensor x = at::ones({4});
+  const auto& op = identOp();
+  for (auto _ : s) benchmark::DoNotOptimize(op.call(x));
+}
+BENCHMARK(unboxed_ident)->Name("libtorch/unboxed/ident");
+
+// A normal tensor carries AutogradCPU; the op has no autograd kernel, so the key
+// falls through (PyTorch registers an autograd fallthrough for custom ops).
+void unboxed_ident_grad(benchmark::State& s) {
+  const at::Tensor x = at::ones({4});
+  const auto& op = identOp();
+  for (auto _ : s) benchmark::DoNotOptimize(op.call(x));
+}
+BENCHMARK(unboxed_ident_grad)->Name("libtorch/unboxed/ident_grad_fallthrough");
+
+void unboxed_muladd(benchmark::State& s) {
+  c10::InferenceMode guard;
+  const at::Tensor a = at::ones({4}), b = at::ones({4});
+  const auto& op = muladdOp();
+  for (auto _ : s) benchmark::DoNotOptimize(op.call(a, b, 2.0));
+}
+BENCHMARK(unboxed_muladd)->Name("libtorch/unboxed/muladd");
+
+void boxed_muladd(benchmark::State& s) {
+  c10::InferenceMode guard;
+  const at::Tensor a = at::ones({4}), b = at::ones({4});
+  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("strata_peer::muladd", "");
+  for (auto _ : s) {
+    torch::jit::Stack st{a, b, 2.0};
+    op.callBoxed(&st);
+    benchmark::DoNotOptimize(st);
+  }
+}
+BENCHMARK(boxed_muladd)->Name("libtorch/boxed/muladd");
+
+void unboxed_muladd_autocast(benchmark::State& s) {
+  c10::InferenceMode guard;
+  const at::Tensor a = at::ones({4}), b = at::ones({4});
+  const auto& op = muladdOp();
+  at::autocast::set_cpu_enabled(true);  // AutocastCPU included; the op has no rule
+  for (auto _ : s) benchmark::DoNotOptimize(op.call(a, b, 2.0));
+  at::autocast::set_cpu_enabled(false);
+}
+BENCHMARK(unboxed_muladd_autocast)->Name("libtorch/unboxed/muladd_autocast_on_no_rule");
+
+// One boxed fallback layer that redispatches below itself: the C++ analogue of one
+// dispatch-mode layer (PyTorch's Python key is a boxed fallback of this shape).
+void passthroughFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  op.redispatchBoxed(ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::TESTING_ONLY_GenericMode),
+                     stack);
+}
+TORCH_LIBRARY_IMPL(_, TESTING_ONLY_GenericMode, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&passthroughFallback>());
+}
+void unboxed_muladd_one_boxed_layer(benchmark::State& s) {
+  c10::InferenceMode guard;
+  const at::Tensor a = at::ones({4}), b = at::ones({4});
+  const auto& op = muladdOp();
+  c10::impl::IncludeDispatchKeyGuard layer(c10::DispatchKey::TESTING_ONLY_GenericMode);
+  for (auto _ : s) benchmark::DoNotOptimize(op.call(a, b, 2.0));
+}
+BENCHMARK(unboxed_muladd_one_boxed_layer)->Name("libtorch/unboxed/muladd_one_boxed_layer");
+
+// Each thread its own tensors, as threads serving different requests have.
+void threads_unboxed_muladd(benchmark::State& s) {
+  c10::InferenceMode guard;
+  const at::Tensor a = at::ones({4}), b = at::ones({4});
+  const auto& op = muladdOp();
+  for (auto _ : s) benchmark::DoNotOptimize(op.call(a, b, 2.0));
+  s.SetItemsProcessed(s.iterations());
+}
+BENCHMARK(threads_unboxed_muladd)->Name("libtorch/threads/unboxed_muladd")->Threads(1)->Threads(2)->UseRealTime();
+
+// 10,000 kernels registered on 10,000 defined operators, then deregistered (the
+// IMPL library dies): what loading and unloading a large kernel library costs.
+constexpr int kRegistryOps = 10000;
+void defineRegistryOps() {
+  static auto* lib = [] {
+    auto* l = new torch::Library(torch::Library::DEF, "strata_peer_reg", c10::nullopt, __FILE__, __LINE__);
+    for (int i = 0; i < kRegistryOps; ++i) l->def(("op" + std::to_string(i) + "(Tensor x) -> Tensor").c_str());
+    return l;
+  }();
+  (void)lib;
+}
+void registry_register_10k(benchmark::State& s) {
+  defineRegistryOps();
+  std::vector<std::string> names;
+  for (int i = 0; i < kRegistryOps; ++i) names.push_back("op" + std::to_string(i));
+  for (auto _ : s) {
+    torch::Library lib(torch::Library::IMPL, "strata_peer_reg", c10::DispatchKey::CPU, __FILE__, __LINE__);
+    for (const auto& n : names) lib.impl(n.c_str(), &ident_cpu);
+  }
+  s.SetItemsProcessed(s.iterations() * kRegistryOps);
+}
+BENCHMARK(registry_register_10k)->Name("libtorch/registry/register_10k")->Unit(benchmark::kMillisecond);
+
+void registry_find_op(benchmark::State& s) {
+  muladdOp();
+  const c10::OperatorName name{"strata_peer::muladd", ""};
+  for (auto _ : s) benchmark::DoNotOptimize(c10::Dispatcher::singleton().findSchema(name));
+}
+BENCHMARK(registry_find_op)->Name("libtorch/registry/find_op");
+
+}  // namespace
+
+BENCHMARK_MAIN();
