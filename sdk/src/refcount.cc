@@ -1,0 +1,187 @@
+// The slow paths of biased reference counting: merging, the per-thread queues of
+// objects other threads dropped, and thread exit. See Note [Biased reference
+// counts] in strata/intrusive_ptr.h.
+#include <mutex>
+#include <utility>
+#include <unordered_map>
+#include <vector>
+
+#include "strata/intrusive_ptr.h"
+
+namespace strata {
+
+namespace detail::refcount {
+__thread uint64_t tls_owner_token __attribute__((tls_model("initial-exec"))) = 0;
+}  // namespace detail::refcount
+
+// The fields of an object, for the merges below.
+struct RefcountAccess {
+  static std::atomic<uint64_t>& owner(const intrusive_ptr_target* p) { return p->owner_; }
+  static std::atomic<uint32_t>& local(const intrusive_ptr_target* p) { return p->local_; }
+  static std::atomic<int64_t>& shared(const intrusive_ptr_target* p) { return p->shared_; }
+  static void destroy(const intrusive_ptr_target* p) { delete p; }
+};
+
+namespace {
+
+using namespace detail::refcount;
+using A = RefcountAccess;
+
+// A registered thread: the objects other threads queued to it.
+struct OwnerThread {
+  std::vector<const intrusive_ptr_target*> queue;  // guarded by Registry::mu
+  std::atomic<bool> pending{false};                // queue is non-empty (read without the lock)
+};
+
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<uint64_t, OwnerThread*> threads;  // live owners, by token; guarded by mu
+  uint64_t next_token = 1;                              // guarded by mu
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // leaked: threads exit after static destruction
+  return *r;
+}
+
+// Folds local_ and shared_ into shared_ (marked merged) and gives up ownership;
+// returns the number of owners left. Only the owner may call it, or anyone once the
+// owner has exited (under Registry::mu, which the exiting owner took last).
+int64_t explicitMerge(const intrusive_ptr_target* p, int64_t extra) {
+  const int64_t local = A::local(p).load(std::memory_order_relaxed);
+  A::local(p).store(0, std::memory_order_relaxed);
+  A::owner(p).store(kNoOwner, std::memory_order_relaxed);
+  int64_t shared = A::shared(p).load(std::memory_order_relaxed);
+  int64_t count = 0;
+  do {
+    count = (shared >> kShift) + local + extra;
+  } while (!A::shared(p).compare_exchange_weak(shared, (count << kShift) | kMerged, std::memory_order_acq_rel,
+                                               std::memory_order_relaxed));
+  return count;
+}
+
+void mergeAll(std::vector<const intrusive_ptr_target*>& objects) {
+  for (const intrusive_ptr_target* p : objects) {
+    if (explicitMerge(p, -1) == 0) A::destroy(p);  // -1: the queue's reference
+  }
+  objects.clear();
+}
+
+// This thread's record once registered; whether it has exited (its ThreadExit ran).
+__thread OwnerThread* tls_self = nullptr;
+__thread bool tls_exited = false;
+
+// Unregisters the thread when it exits and merges what was queued to it. Objects
+// this thread creates or drops afterwards (other thread_local destructors) use the
+// shared count alone.
+struct ThreadExit {
+  ~ThreadExit() {
+    OwnerThread* self = std::exchange(tls_self, nullptr);
+    tls_exited = true;
+    if (self == nullptr) return;
+    std::vector<const intrusive_ptr_target*> queued;
+    {
+      Registry& r = registry();
+      std::lock_guard<std::mutex> lock(r.mu);
+      r.threads.erase(tls_owner_token);
+      tls_owner_token = 0;
+      queued.swap(self->queue);
+    }
+    mergeAll(queued);
+    delete self;
+  }
+};
+thread_local ThreadExit tls_exit;
+
+size_t mergeQueued() {
+  OwnerThread* self = tls_self;
+  if (self == nullptr || !self->pending.load(std::memory_order_acquire)) return 0;
+  std::vector<const intrusive_ptr_target*> queued;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    queued.swap(self->queue);
+    self->pending.store(false, std::memory_order_relaxed);
+  }
+  const size_t n = queued.size();
+  mergeAll(queued);
+  return n;
+}
+
+// Hands p (and the reference the caller is dropping) to its owner's queue, or
+// merges it here when the owner has exited.
+void queueToOwner(const intrusive_ptr_target* p) {
+  const uint64_t owner = A::owner(p).load(std::memory_order_acquire);
+  if (owner == kNoOwner) {
+    // The owner is merging right now: drop the reference again once it has.
+    intrusive_decref(p);
+    return;
+  }
+  Registry& r = registry();
+  std::unique_lock<std::mutex> lock(r.mu);
+  auto it = r.threads.find(owner);
+  if (it == r.threads.end()) {
+    const int64_t left = explicitMerge(p, -1);
+    lock.unlock();
+    if (left == 0) A::destroy(p);
+    return;
+  }
+  it->second->queue.push_back(p);
+  it->second->pending.store(true, std::memory_order_release);
+}
+
+}  // namespace
+
+namespace detail::refcount {
+
+uint64_t ownerForNewObject() noexcept {
+  if (__builtin_expect(tls_owner_token != 0, 1)) {
+    if (__builtin_expect(tls_self->pending.load(std::memory_order_relaxed), 0)) mergeQueued();
+    return tls_owner_token;
+  }
+  if (tls_exited) return kNoOwner;  // made while this thread exits: shared (and merged) from the start
+  auto* self = new OwnerThread();
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  tls_owner_token = r.next_token++;
+  r.threads.emplace(tls_owner_token, self);
+  tls_self = self;
+  (void)&tls_exit;  // constructs it, so its destructor runs when the thread exits
+  return tls_owner_token;
+}
+
+void decrefShared(const intrusive_ptr_target* p) noexcept {
+  int64_t shared = A::shared(p).load(std::memory_order_relaxed);
+  int64_t next = 0;
+  bool queue = false;
+  do {
+    // Zero and neither queued nor merged: the owner may still hold references, so
+    // the owner decides (see the Note); the queue holds this reference meanwhile.
+    queue = shared == 0;
+    next = queue ? kQueued : shared - kOne;
+  } while (!A::shared(p).compare_exchange_weak(shared, next, std::memory_order_acq_rel, std::memory_order_relaxed));
+  if (queue) {
+    queueToOwner(p);
+  } else if (next == kMerged) {
+    A::destroy(p);
+  }
+}
+
+void mergeZeroLocal(const intrusive_ptr_target* p) noexcept {
+  int64_t shared = A::shared(p).load(std::memory_order_acquire);
+  if (shared == 0) {  // no other thread ever kept a reference
+    A::destroy(p);
+    return;
+  }
+  A::owner(p).store(kNoOwner, std::memory_order_relaxed);
+  int64_t next = 0;
+  do {
+    next = (shared & ~kFlags) | kMerged;
+  } while (!A::shared(p).compare_exchange_weak(shared, next, std::memory_order_acq_rel, std::memory_order_acquire));
+  if (next == kMerged) A::destroy(p);
+}
+
+}  // namespace detail::refcount
+
+size_t release_queued_references() noexcept { return mergeQueued(); }
+
+}  // namespace strata

@@ -1,0 +1,252 @@
+// Biased reference counts (Note [Biased reference counts] in intrusive_ptr.h), as
+// an owner of handles observes them: every object is destroyed exactly once, never
+// while a handle to it lives, whichever threads copied and dropped its handles and
+// in whatever order, and whether its creating thread is alive or not.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "strata/intrusive_ptr.h"
+#include "strata/tensor.h"
+
+namespace strata {
+namespace {
+
+std::atomic<int> g_made{0};
+std::atomic<int> g_destroyed{0};
+
+struct Counted : intrusive_ptr_target {
+  explicit Counted(int v) : value(v) { ++g_made; }
+  ~Counted() override {
+    EXPECT_NE(value, -1) << "destroyed twice";
+    value = -1;
+    ++g_destroyed;
+  }
+  int value;
+};
+using Ptr = intrusive_ptr<Counted>;
+
+class RefcountTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    release_queued_references();
+    g_made = 0;
+    g_destroyed = 0;
+  }
+};
+
+TEST_F(RefcountTest, OneThreadFreesWithTheLastHandle) {
+  Ptr a = make_intrusive<Counted>(1);
+  EXPECT_EQ(a.use_count(), 1u);
+  {
+    Ptr b = a;
+    Ptr c = b;
+    EXPECT_EQ(a.use_count(), 3u);
+  }
+  EXPECT_EQ(a.use_count(), 1u);
+  Ptr moved = std::move(a);
+  EXPECT_EQ(moved.use_count(), 1u);
+  EXPECT_EQ(g_destroyed.load(), 0);
+  Counted* raw = moved.release();
+  EXPECT_EQ(g_destroyed.load(), 0);
+  Ptr back = Ptr::reclaim(raw);
+  back.reset();
+  EXPECT_EQ(g_destroyed.load(), 1);
+}
+
+// Another thread copies from a handle it can see and drops its copies: the counts
+// of both threads add up, and the owner's last drop frees the object.
+TEST_F(RefcountTest, CopiesMadeOnOtherThreadsAreCounted) {
+  Ptr a = make_intrusive<Counted>(1);
+  std::vector<Ptr> theirs;
+  std::thread t([&] {
+    for (int i = 0; i < 3; ++i) theirs.push_back(a);
+  });
+  t.join();
+  EXPECT_EQ(a.use_count(), 4u);
+  std::thread([&] { theirs.clear(); }).join();
+  EXPECT_EQ(a.use_count(), 1u);
+  a.reset();
+  EXPECT_EQ(g_destroyed.load(), 1);
+}
+
+// The owner gives a handle away and drops its own first: the other thread's drop is
+// the last one. The object is freed, by the owner's next allocation or when asked.
+TEST_F(RefcountTest, TheLastDropOnAnotherThreadFreesOnceTheOwnerMerges) {
+  Ptr a = make_intrusive<Counted>(1);
+  Ptr given = a;
+  a.reset();
+  EXPECT_EQ(given.use_count(), 1u);
+  std::thread([p = std::move(given)]() mutable { p.reset(); }).join();
+  EXPECT_EQ(g_destroyed.load(), 0);  // queued to this thread
+  EXPECT_EQ(release_queued_references(), 1u);
+  EXPECT_EQ(g_destroyed.load(), 1);
+  // The next object this thread makes merges the queue as well.
+  Ptr b = make_intrusive<Counted>(2);
+  Ptr c = b;
+  b.reset();
+  std::thread([p = std::move(c)]() mutable { p.reset(); }).join();
+  EXPECT_EQ(g_destroyed.load(), 1);
+  Ptr d = make_intrusive<Counted>(3);
+  EXPECT_EQ(g_destroyed.load(), 2);
+}
+
+// A handle dropped on another thread while the owner still holds one: nothing is
+// freed, and the owner's count stays right.
+TEST_F(RefcountTest, ADropElsewhereWhileTheOwnerHoldsOneFreesNothing) {
+  Ptr a = make_intrusive<Counted>(1);
+  Ptr given = a;
+  std::thread([p = std::move(given)]() mutable { p.reset(); }).join();
+  EXPECT_EQ(a.use_count(), 1u);
+  release_queued_references();
+  EXPECT_EQ(g_destroyed.load(), 0);
+  EXPECT_EQ(a->value, 1);
+  Ptr again = a;
+  EXPECT_EQ(a.use_count(), 2u);
+  again.reset();
+  a.reset();
+  EXPECT_EQ(g_destroyed.load(), 1);
+}
+
+// The creating thread is gone when the last handle is dropped: the dropping
+// thread frees the object at once.
+TEST_F(RefcountTest, ObjectsOutliveTheThreadThatMadeThem) {
+  std::vector<Ptr> kept;
+  std::thread([&] {
+    for (int i = 0; i < 10; ++i) kept.push_back(make_intrusive<Counted>(i));
+    Ptr extra = kept[0];  // dropped by this thread before it exits
+  }).join();
+  EXPECT_EQ(g_destroyed.load(), 0);
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(kept[i]->value, static_cast<int>(i));
+  Ptr copy = kept[3];
+  kept.clear();
+  EXPECT_EQ(g_destroyed.load(), 9);
+  copy.reset();
+  EXPECT_EQ(g_destroyed.load(), 10);
+}
+
+// What was queued to a thread is freed when that thread exits.
+TEST_F(RefcountTest, AnExitingOwnerFreesWhatWasQueuedToIt) {
+  std::mutex mu;
+  std::condition_variable cv;
+  Ptr handoff;
+  bool dropped = false;
+  std::thread owner([&] {
+    Ptr a = make_intrusive<Counted>(1);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      handoff = a;
+    }
+    cv.notify_all();
+    a.reset();
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return dropped; });
+    EXPECT_EQ(g_destroyed.load(), 0);
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return static_cast<bool>(handoff); });
+    handoff.reset();  // the owner's reference: queued to the owner
+    dropped = true;
+  }
+  cv.notify_all();
+  owner.join();
+  EXPECT_EQ(g_destroyed.load(), 1);
+}
+
+// Objects made and dropped by thread_local destructors of an exiting thread.
+struct MadeAtExit {
+  ~MadeAtExit() {
+    Ptr p = make_intrusive<Counted>(7);
+    Ptr q = p;
+  }
+};
+thread_local MadeAtExit tls_made_at_exit;
+
+TEST_F(RefcountTest, ObjectsMadeWhileAThreadExitsAreFreed) {
+  std::thread([] {
+    // Made before this thread registers, so its destructor runs after the thread
+    // has unregistered: its objects start shared.
+    (void)&tls_made_at_exit;
+    Ptr first = make_intrusive<Counted>(1);
+  }).join();
+  EXPECT_EQ(g_made.load(), 2);
+  EXPECT_EQ(g_destroyed.load(), 2);
+}
+
+// Many threads pass handles to each other through a shared pool, copying and
+// dropping at random. Every object dies exactly once, after its last handle.
+TEST(RefcountConcurrencyTest, HandlesPassedBetweenThreadsAreFreedExactlyOnce) {
+  g_made = 0;
+  g_destroyed = 0;
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 20000;
+  std::mutex mu;
+  std::deque<Ptr> pool;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      std::vector<Ptr> mine;
+      for (int i = 0; i < kRounds; ++i) {
+        switch (rng() % 4) {
+          case 0: mine.push_back(make_intrusive<Counted>(i)); break;
+          case 1:
+            if (!mine.empty()) {
+              std::lock_guard<std::mutex> lock(mu);
+              pool.push_back(mine.back());  // a copy: both threads hold it
+              if (rng() % 2) mine.pop_back();
+            }
+            break;
+          case 2: {
+            std::lock_guard<std::mutex> lock(mu);
+            if (!pool.empty()) {
+              mine.push_back(std::move(pool.front()));
+              pool.pop_front();
+            }
+            break;
+          }
+          default:
+            if (!mine.empty()) {
+              EXPECT_GE(mine.back()->value, 0);
+              mine.erase(mine.begin() + static_cast<long>(rng() % mine.size()));
+            }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  pool.clear();
+  release_queued_references();
+  EXPECT_EQ(g_destroyed.load(), g_made.load());
+}
+
+// Tensors are such objects: a view made on another thread shares the storage, and
+// both die with their last handles.
+TEST(RefcountConcurrencyTest, TensorsSharedAcrossThreads) {
+  Tensor t = ones({1000});
+  std::vector<std::thread> threads;
+  std::vector<Tensor> views(4);
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      for (int k = 0; k < 5000; ++k) {
+        Tensor copy = t;
+        views[i] = copy.slice(0, i, i + 10);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(t.getIntrusivePtr().use_count(), 1u);
+  t = Tensor();
+  for (const Tensor& v : views) EXPECT_EQ(v.numel(), 10);
+  views.clear();
+}
+
+}  // namespace
+}  // namespace strata
