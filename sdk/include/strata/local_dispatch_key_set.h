@@ -19,14 +19,17 @@
 
 namespace strata {
 
-// Trivially constructible, so the thread_local needs no init wrapper on the hot path.
 struct RawLocalDispatchKeySet {
-  uint64_t included = 0;
-  uint64_t excluded = 0;
+  uint64_t included;
+  uint64_t excluded;
 };
 
 namespace detail {
-extern STRATA_API thread_local RawLocalDispatchKeySet tls_local_dispatch_key_set;
+// Every dispatched call reads this, from whichever library makes the call. __thread
+// (no C++ init wrapper) and the initial-exec model make each read one %fs-relative
+// load, also from plugins, which would otherwise call __tls_get_addr.
+extern STRATA_API __thread RawLocalDispatchKeySet tls_local_dispatch_key_set
+    __attribute__((tls_model("initial-exec")));
 }  // namespace detail
 
 struct LocalDispatchKeySet {

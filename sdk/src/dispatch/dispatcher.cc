@@ -18,7 +18,7 @@
 namespace strata {
 
 namespace detail {
-thread_local RawLocalDispatchKeySet tls_local_dispatch_key_set;
+__thread RawLocalDispatchKeySet tls_local_dispatch_key_set __attribute__((tls_model("initial-exec"))) = {0, 0};
 std::atomic<int> g_dispatch_observers{0};
 void registerBuiltins(std::vector<std::unique_ptr<Library>>& keep);  // builtin_library.cc
 }  // namespace detail
@@ -235,21 +235,21 @@ OperatorInfo::OperatorInfo(FunctionSchema s) : schema(std::move(s)) {
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     if (isTensorLike(*args[i].type)) tensor_args.push_back(i);
-    ArgCheck c{IValue::Tag::None, true};
+    IValue::Tag fast = kNoFastTag;
     switch (args[i].type->kind()) {
-      case TypeKind::Tensor: c.fast_tag = IValue::Tag::Tensor; break;
+      case TypeKind::Tensor: fast = IValue::Tag::Tensor; break;
       case TypeKind::Int:
-      case TypeKind::SymInt: c.fast_tag = IValue::Tag::Int; break;
-      case TypeKind::Float: c.fast_tag = IValue::Tag::Double; break;
-      case TypeKind::Bool: c.fast_tag = IValue::Tag::Bool; break;
-      case TypeKind::Str: c.fast_tag = IValue::Tag::String; break;
-      default: c.has_fast_tag = false;
+      case TypeKind::SymInt: fast = IValue::Tag::Int; break;
+      case TypeKind::Float: fast = IValue::Tag::Double; break;
+      case TypeKind::Bool: fast = IValue::Tag::Bool; break;
+      case TypeKind::Str: fast = IValue::Tag::String; break;
+      default: break;
     }
-    checks.push_back(c);
+    fast_tags.push_back(fast);
   }
 }
 
-void OperatorInfo::checkArguments(Stack& stack) const {
+void OperatorInfo::checkArgumentsSlow(Stack& stack) const {
   const auto& args = schema.arguments();
   const size_t n = args.size();
   if (__builtin_expect(stack.size() > n && !schema.is_vararg(), 0)) {
@@ -262,7 +262,7 @@ void OperatorInfo::checkArguments(Stack& stack) const {
   }
   for (size_t i = 0; i < n; ++i) {
     IValue& v = stack[i];
-    if (checks[i].has_fast_tag && v.tag() == checks[i].fast_tag) continue;
+    if (v.tag() == fast_tags[i]) continue;
     if (!checkValue(*args[i].type, v, args[i].N)) {
       STRATA_FAIL(Type, schema.operator_name().str(), ": argument '", args[i].name, "' (position ", i, ") expects ",
                   args[i].type->str(), ", got ", v.typeName());
@@ -282,11 +282,6 @@ DispatchKeySet OperatorInfo::keysOfValue(const IValue& v) {
   return ks;
 }
 
-DispatchKeySet OperatorInfo::argumentKeys(const Stack& stack) const {
-  DispatchKeySet ks;
-  for (size_t i : tensor_args) ks = ks | keysOfValue(stack[i]);
-  return ks;
-}
 
 // ---------------------------------------------------------------------------
 // The dispatcher's state.

@@ -27,26 +27,41 @@ struct KernelRecord {
   bool published = false;  // ever stored in a table slot (guarded by the dispatcher's mutex)
 };
 
-// How a boxed argument is checked: the tag that passes at once, else a full check.
-struct ArgCheck {
-  IValue::Tag fast_tag;
-  bool has_fast_tag;
-};
-
 // What the boxed call path reads from the schema. Immutable once published; every
 // version stays alive with its entry (defs change rarely), so a call that loaded it
 // may keep using it.
 struct OperatorInfo {
   FunctionSchema schema;
   std::vector<size_t> tensor_args;  // indices of Tensor, Tensor?, Tensor[], Tensor?[] arguments
-  std::vector<ArgCheck> checks;
+  // Per argument, the tag that passes without a closer look (Tensor for Tensor, Int
+  // for int, ...), or kNoFastTag when every value needs the full check.
+  std::vector<IValue::Tag> fast_tags;
+  static constexpr IValue::Tag kNoFastTag = static_cast<IValue::Tag>(0xff);
   explicit OperatorInfo(FunctionSchema s);
 
   // Fills defaults and checks types; see Note [Boxed argument checks]. The stack
-  // holds this call's arguments and nothing else.
-  void checkArguments(Stack& stack) const;
+  // holds this call's arguments and nothing else. Inline: a stack whose every value
+  // has its argument's exact type is the common case.
+  void checkArguments(Stack& stack) const {
+    const size_t n = fast_tags.size();
+    if (__builtin_expect(stack.size() == n, 1)) {
+      const IValue* v = stack.data();
+      size_t i = 0;
+      while (i < n && v[i].tag() == fast_tags[i]) ++i;
+      if (__builtin_expect(i == n, 1)) return;
+    }
+    checkArgumentsSlow(stack);
+  }
+  void checkArgumentsSlow(Stack& stack) const;
   // The keys the tensor-like arguments on a checked stack contribute.
-  DispatchKeySet argumentKeys(const Stack& stack) const;
+  DispatchKeySet argumentKeys(const Stack& stack) const {
+    DispatchKeySet ks;
+    for (size_t i : tensor_args) {
+      const IValue& v = stack[i];
+      ks = ks | (__builtin_expect(v.isTensor(), 1) ? detail::keysOf(v.toTensor()) : keysOfValue(v));
+    }
+    return ks;
+  }
   // The keys one boxed value contributes (Tensor, Tensor[], Tensor?[]; else none).
   static DispatchKeySet keysOfValue(const IValue& v);
 };
