@@ -2,6 +2,7 @@
 // mode stack] in dispatch_mode.h.
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 
@@ -18,13 +19,31 @@ namespace {
 constexpr std::string_view kTorchDispatch = "torch_dispatch";
 constexpr uint64_t kModeBit = uint64_t{1} << static_cast<unsigned>(DispatchKey::Mode);
 
-// Bottom first. Each thread has its own: modes never leak across threads.
-thread_local std::vector<std::shared_ptr<DispatchMode>> tls_modes;
+using ModeStack = std::vector<std::shared_ptr<DispatchMode>>;  // bottom first
+
+// Each thread has its own stack: modes never leak across threads. It is reached
+// through an initial-exec __thread pointer (one %fs-relative load on every trip
+// through the fallback) and freed by a thread_local owner when the thread exits.
+__thread ModeStack* tls_stack __attribute__((tls_model("initial-exec"))) = nullptr;
+struct ModeStackOwner {
+  std::unique_ptr<ModeStack> stack;
+  ~ModeStackOwner() { tls_stack = nullptr; }
+};
+thread_local ModeStackOwner tls_stack_owner;
+
+ModeStack& modeStack() {
+  if (__builtin_expect(tls_stack == nullptr, 0)) {
+    tls_stack_owner.stack = std::make_unique<ModeStack>();
+    tls_stack = tls_stack_owner.stack.get();
+  }
+  return *tls_stack;
+}
+bool noModes() { return tls_stack == nullptr || tls_stack->empty(); }
 
 // The Mode key is included exactly while the stack is non-empty.
-void syncModeKey() {
+void syncModeKey(const ModeStack& modes) {
   auto& tls = strata::detail::tls_local_dispatch_key_set;
-  if (tls_modes.empty()) tls.included &= ~kModeBit;
+  if (modes.empty()) tls.included &= ~kModeBit;
   else tls.included |= kModeBit;
 }
 
@@ -50,30 +69,30 @@ void checkResults(const OperatorHandle& op, const DispatchMode& mode, bool by_ru
 
 // The boxed fallback at the Mode key, for every operator.
 void modeFallback(const OperatorHandle& op, DispatchKeySet ks, Stack& stack) {
-  if (tls_modes.empty()) {
+  if (noModes()) {
     // Mode included by hand with no mode pushed: this layer has nothing to do.
     op.redispatchBoxed(ks & keysBelow(DispatchKey::Mode), stack);
     return;
   }
-  std::shared_ptr<DispatchMode> mode = std::move(tls_modes.back());
-  tls_modes.pop_back();
-  syncModeKey();
+  ModeStack& modes = *tls_stack;
+  std::shared_ptr<DispatchMode> mode = std::move(modes.back());
+  modes.pop_back();
+  syncModeKey(modes);
   struct PutBack {
+    ModeStack& modes;
     std::shared_ptr<DispatchMode>& mode;
     ~PutBack() {
-      tls_modes.push_back(std::move(mode));
-      syncModeKey();
+      modes.push_back(std::move(mode));
+      syncModeKey(modes);
     }
-  } put_back{mode};
+  } put_back{modes, mode};
   ExcludeDispatchKeyGuard below_the_layers_above(keysAbove(DispatchKey::Mode));
 
   const TensorTypes types = TensorTypes::of(stack);
-  Stack args = std::move(stack);
-  stack.clear();
   const auto* rule = static_cast<const TorchDispatchRule*>(op.findRule(kTorchDispatch, typeid(*mode)));
-  Stack out = rule != nullptr ? (*rule)(*mode, op, types, std::move(args)) : mode->dispatch(op, types, std::move(args));
-  checkResults(op, *mode, rule != nullptr, out);
-  stack = std::move(out);
+  // The handler takes the arguments (stack is left empty) and its results become the stack.
+  stack = rule != nullptr ? (*rule)(*mode, op, types, std::move(stack)) : mode->dispatch(op, types, std::move(stack));
+  checkResults(op, *mode, rule != nullptr, stack);
 }
 
 // The named mode types.
@@ -229,30 +248,32 @@ void initialize() {
 void push_mode(std::shared_ptr<DispatchMode> mode) {
   STRATA_CHECK(mode != nullptr, Value, "push_mode: the mode is null");
   initialize();
-  tls_modes.push_back(std::move(mode));
-  syncModeKey();
+  ModeStack& modes = modeStack();
+  modes.push_back(std::move(mode));
+  syncModeKey(modes);
 }
 
 std::shared_ptr<DispatchMode> pop_mode() {
-  STRATA_CHECK(!tls_modes.empty(), Value, "pop_mode: this thread's mode stack is empty");
-  std::shared_ptr<DispatchMode> top = std::move(tls_modes.back());
-  tls_modes.pop_back();
-  syncModeKey();
+  STRATA_CHECK(!noModes(), Value, "pop_mode: this thread's mode stack is empty");
+  ModeStack& modes = *tls_stack;
+  std::shared_ptr<DispatchMode> top = std::move(modes.back());
+  modes.pop_back();
+  syncModeKey(modes);
   return top;
 }
 
-size_t mode_stack_size() { return tls_modes.size(); }
+size_t mode_stack_size() { return noModes() ? 0 : tls_stack->size(); }
 
-std::vector<std::shared_ptr<DispatchMode>> mode_stack() { return tls_modes; }
+std::vector<std::shared_ptr<DispatchMode>> mode_stack() { return noModes() ? ModeStack() : *tls_stack; }
 
-std::shared_ptr<DispatchMode> current_mode() { return tls_modes.empty() ? nullptr : tls_modes.back(); }
+std::shared_ptr<DispatchMode> current_mode() { return noModes() ? nullptr : tls_stack->back(); }
 
 ModeGuard::ModeGuard(std::shared_ptr<DispatchMode> mode) : mode_(std::move(mode)) { push_mode(mode_); }
 
 ModeGuard::~ModeGuard() {
-  if (!tls_modes.empty() && tls_modes.back() == mode_) {
-    tls_modes.pop_back();
-    syncModeKey();
+  if (!noModes() && tls_stack->back() == mode_) {
+    tls_stack->pop_back();
+    syncModeKey(*tls_stack);
     return;
   }
   std::fprintf(stderr, "strata: ModeGuard for mode '%s' ends, but that mode is not on top of the mode stack; "

@@ -61,10 +61,11 @@ namespace strata::modes {
 // arguments): the distinct (device type, dtype, requires_grad) of the tensor
 // arguments, in order of first appearance, and the union of their dispatch keys.
 // Holds at most kMax distinct entries (then `truncated`); never allocates.
+// An aggregate: {device, dtype, requires_grad}.
 struct STRATA_MODES_API TensorType {
-  DeviceType device = DeviceType::CPU;
-  ScalarType dtype = ScalarType::Float;
-  bool requires_grad = false;
+  DeviceType device;
+  ScalarType dtype;
+  bool requires_grad;
   bool operator==(const TensorType&) const = default;
   std::string str() const;  // "cpu:float32", "cuda:float16:requires_grad"
 };
@@ -88,7 +89,7 @@ class STRATA_MODES_API TensorTypes {
   void add(const Tensor& t);
 
  private:
-  std::array<TensorType, kMax> types_{};
+  std::array<TensorType, kMax> types_;  // [0, n_) are set; the rest is never read
   uint8_t n_ = 0;
   bool truncated_ = false;
   DispatchKeySet keys_;
