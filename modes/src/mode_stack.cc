@@ -53,11 +53,12 @@ std::string where(const std::source_location& loc) {
 }
 
 void checkResults(const OperatorHandle& op, const DispatchMode& mode, bool by_rule, const Stack& out) {
-  const auto& returns = op.schema().returns();
+  const FunctionSchema& schema = op.schema();
+  const auto& returns = schema.returns();
   auto who = [&] { return (by_rule ? "the torch_dispatch rule of " : "the dispatch() of mode ") + mode.name(); };
-  if (!op.schema().is_varret() && out.size() != returns.size()) {
-    STRATA_FAIL(Value, op.name(), ": ", who(), " returned ", out.size(), " value(s), but the schema (",
-                op.schema().str(), ") has ", returns.size());
+  if (!schema.is_varret() && out.size() != returns.size()) {
+    STRATA_FAIL(Value, op.name(), ": ", who(), " returned ", out.size(), " value(s), but the schema (", schema.str(),
+                ") has ", returns.size());
   }
   for (size_t i = 0; i < returns.size() && i < out.size(); ++i) {
     if (returns[i].type->kind() == TypeKind::Tensor && !out[i].isTensor()) {
