@@ -106,7 +106,7 @@ IValue boxArg(T&& v) {
   if constexpr (std::is_same_v<D, IValue>) {
     return IValue(std::forward<T>(v));
   } else if constexpr (std::is_same_v<D, Tensor>) {
-    return IValue(Tensor(v));
+    return IValue(Tensor(std::forward<T>(v)));  // a moved tensor costs no reference count
   } else {
     return IValue(std::forward<T>(v));
   }
@@ -170,8 +170,14 @@ struct UnboxedWrapper {
     } else {
       // Hold the result by value before dropping the arguments: R may refer into them.
       std::remove_cvref_t<R> result = callUnboxed(k, ks, unboxArg<P>(base[I])...);
-      stack.resize(stack.size() - N);
-      pushReturn(stack, std::move(result));
+      if constexpr (numReturns<R>() == 1 && N >= 1) {
+        // The result takes the first argument's slot: no push, no capacity check.
+        base[0] = boxArg(std::move(result));
+        stack.resize(stack.size() - N + 1);
+      } else {
+        stack.resize(stack.size() - N);
+        pushReturn(stack, std::move(result));
+      }
     }
   }
 
@@ -290,9 +296,10 @@ class STRATA_API KernelFunction {
 
   template <typename Return, typename... Args>
   Return callThroughStack(const OperatorHandle& op, DispatchKeySet ks, Args... args) const {
-    Stack stack;
-    stack.reserve(sizeof...(Args));
-    (stack.push_back(detail::boxing::boxArg(args)), ...);
+    // Sized once, then filled in place: one out-of-line call rather than one push each.
+    Stack stack(sizeof...(Args));
+    size_t i = 0;
+    ((stack[i++] = detail::boxing::boxArg(args)), ...);
     boxed_(functor_.get(), op, ks, &stack);
     if constexpr (std::is_void_v<Return>) {
       return;
