@@ -31,6 +31,8 @@ constexpr Subcommand kSubcommands[] = {
     {"call", "Run an operator on literal arguments (--explain says why each layer ran)",
      &strata::host::runCallCommand},
     {"modes", "List the dispatch mode types 'call --mode' can push", &strata::host::runModesCommand},
+    {"bench", "Run the dispatch benchmarks (--peer libtorch: beside PyTorch's), chart them (--plot)",
+     &strata::host::runBenchCommand},
     {"demo", "Show the SDK's values: tensors, DLPack, IValues, schemas", &strata::host::runDemoCommand},
 };
 

@@ -76,5 +76,6 @@ int runPluginsCommand(const QStringList& args);
 int runKernelCommand(const QStringList& args);
 int runAuditCommand(const QStringList& args);
 int runCallCommand(const QStringList& args);
+int runBenchCommand(const QStringList& args);
 
 }  // namespace strata::host

@@ -390,3 +390,74 @@ TEST(ServeEndToEnd, DisableWithWaitPickUpANewVersionAndStopOnSigterm) {
 }
 
 }  // namespace strata_e2e
+
+// strata bench runs the real benchmark binary: a small filter, short runs.
+#ifdef STRATA_HAVE_BENCH
+TEST(BenchCommand, RunsTheSuiteShowsProgressAndWritesJsonAndSvg) {
+  char tmpl[] = "/tmp/strata-bench-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  Result r = run("bench --filter '^(direct_call|unboxed/ident|mode_stack/[012])$' --min-time 0.01 --json " + dir +
+                 "/b.json --plot " + dir + "/b.svg");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("[strata 1/5] direct_call"));
+  EXPECT_THAT(r.out, HasSubstr("[strata 5/5] mode_stack/2"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\nunboxed/ident +[0-9.]+ ns\n"));
+  std::ifstream json(dir + "/b.json");
+  const std::string j((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(j, HasSubstr("\"name\": \"unboxed/ident\""));
+  EXPECT_THAT(j, HasSubstr("\"real_time\""));
+  std::ifstream svg(dir + "/b.svg");
+  const std::string s((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(s, StartsWith("<svg"));
+  EXPECT_THAT(s, HasSubstr(">mode_stack/1</text>"));
+  EXPECT_THAT(s, HasSubstr("per mode"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// A peer's results read from a file: the ratio of each scenario both ran, and the
+// goals they bear on.
+TEST(BenchCommand, PrintsRatiosAgainstAPeerFile) {
+  char tmpl[] = "/tmp/strata-bench-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  std::ofstream(dir + "/peer.json") << R"({"context": {}, "benchmarks": [
+    {"name": "libtorch/unboxed/ident", "run_name": "libtorch/unboxed/ident", "run_type": "iteration",
+     "real_time": 1000000, "cpu_time": 1000000, "time_unit": "ns"}]})";
+  Result r = run("bench --filter '^unboxed/ident$' --min-time 0.01 --peer " + dir + "/peer.json --json " + dir +
+                 "/b.json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("scenario +strata +peer +ratio\n"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("unboxed/ident +[0-9.]+ ns +1.0 ms +0.00\n"));
+  EXPECT_THAT(r.out, HasSubstr("met     unboxed/ident at most 0.5x PyTorch's"));
+  std::ifstream json(dir + "/b.json");
+  const std::string j((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(j, HasSubstr("\"ratios\""));
+  EXPECT_THAT(j, HasSubstr("\"peer_ns\": 1000000"));
+  std::system(("rm -rf " + dir).c_str());
+}
+#endif
+
+TEST(BenchCommand, BadInputIsAClearErrorWithTheRightExitCode) {
+  Result r = run("bench --repetitions 0");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--repetitions expects a positive integer, got '0'"));
+  r = run("bench --min-time soon");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--min-time expects a positive number of seconds, got 'soon'"));
+  r = run("bench --peer /nonexistent/peer.json");
+  EXPECT_EQ(r.status, 1);
+#ifdef STRATA_HAVE_BENCH
+  EXPECT_THAT(r.out, HasSubstr("--peer cannot read /nonexistent/peer.json"));
+  r = run("bench --filter 'no_such_scenario'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("matches 'no_such_scenario'"));
+  char tmpl[] = "/tmp/strata-bench-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  std::ofstream(dir + "/peer.json") << "{\"benchmarks\": 3}";
+  r = run("bench --peer " + dir + "/peer.json");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("peer.json: not Google Benchmark output (no \"benchmarks\" array)"));
+  std::system(("rm -rf " + dir).c_str());
+#else
+  EXPECT_THAT(r.out, HasSubstr("is not built"));
+#endif
+}

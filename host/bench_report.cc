@@ -1,0 +1,396 @@
+#include "bench_report.h"
+
+#include <QJsonDocument>
+#include <QJsonValue>
+#include <QRegularExpression>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace strata::host {
+
+namespace {
+
+double toNs(double value, const QString& unit) {
+  if (unit == "us") return value * 1e3;
+  if (unit == "ms") return value * 1e6;
+  if (unit == "s") return value * 1e9;
+  return value;  // "ns"
+}
+
+// Google Benchmark appends what a scenario was run with; the scenario's name is the rest.
+QString stableName(const QString& run_name) {
+  static const QRegularExpression added("^(real_time|manual_time|process_time|iterations:\\d+|repeats:\\d+|"
+                                        "min_time:[0-9.e+-]+s?|min_warmup_time:[0-9.e+-]+s?)$");
+  QStringList kept;
+  for (const QString& part : run_name.split('/')) {
+    if (!added.match(part).hasMatch()) kept << part;
+  }
+  return kept.join('/');
+}
+
+QString xmlEscape(QString s) {
+  return s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;");
+}
+
+QString num(double v, int precision = 1) { return QString::number(v, 'f', precision); }
+
+}  // namespace
+
+const BenchResult* BenchRun::find(const QString& name) const {
+  for (const BenchResult& r : results) {
+    if (r.name == name) return &r;
+  }
+  return nullptr;
+}
+
+std::optional<BenchRun> parseBenchmarkJson(const QByteArray& json, QString* error) {
+  QJsonParseError pe;
+  const QJsonDocument doc = QJsonDocument::fromJson(json, &pe);
+  if (pe.error != QJsonParseError::NoError) {
+    *error = "not JSON: " + pe.errorString() + " at offset " + QString::number(pe.offset);
+    return std::nullopt;
+  }
+  if (!doc.isObject() || !doc.object()["benchmarks"].isArray()) {
+    *error = "not Google Benchmark output (no \"benchmarks\" array)";
+    return std::nullopt;
+  }
+  BenchRun run;
+  run.context = doc.object()["context"].toObject();
+  run.raw = doc.object()["benchmarks"].toArray();
+  std::map<QString, size_t> index;  // name -> results position
+  std::map<QString, bool> from_median;
+  for (const QJsonValue& v : run.raw) {
+    const QJsonObject b = v.toObject();
+    const QString run_name = b.contains("run_name") ? b["run_name"].toString() : b["name"].toString();
+    if (run_name.isEmpty()) {
+      *error = "a benchmark entry has no name";
+      return std::nullopt;
+    }
+    const bool aggregate = b["run_type"].toString() == "aggregate";
+    if (aggregate && b["aggregate_name"].toString() != "median") continue;
+    BenchResult r;
+    r.name = stableName(run_name);
+    if (b["error_occurred"].toBool()) {
+      r.error = b["error_message"].toString();
+      if (r.error.isEmpty()) r.error = "failed";
+    } else {
+      if (!b["real_time"].isDouble()) {
+        *error = "benchmark " + r.name + " has no real_time";
+        return std::nullopt;
+      }
+      r.ns = toNs(b["real_time"].toDouble(), b["time_unit"].toString("ns"));
+      r.items_per_second = b["items_per_second"].toDouble(0);
+    }
+    auto it = index.find(r.name);
+    if (it == index.end()) {
+      index[r.name] = run.results.size();
+      from_median[r.name] = aggregate;
+      run.results.push_back(std::move(r));
+    } else if (aggregate || !from_median[r.name]) {
+      // A median replaces the repetitions it summarizes; otherwise the last run counts.
+      run.results[it->second] = std::move(r);
+      from_median[it->first] = aggregate;
+    }
+  }
+  return run;
+}
+
+QString peerScenario(const QString& peer_name) {
+  static const QString prefix = "libtorch/";
+  return peer_name.startsWith(prefix) ? peer_name.mid(prefix.size()) : peer_name;
+}
+
+namespace {
+// The peer's results by scenario. A file holding "libtorch/..." results (such as
+// one --json wrote, with Strata's own beside them) counts for those alone; any
+// other (an earlier Strata run, say) for all of its results.
+std::map<QString, const BenchResult*> peerResults(const BenchRun& peer) {
+  const bool prefixed = std::any_of(peer.results.begin(), peer.results.end(),
+                                    [](const BenchResult& r) { return peerScenario(r.name) != r.name; });
+  std::map<QString, const BenchResult*> theirs;
+  for (const BenchResult& r : peer.results) {
+    if (r.error.isEmpty() && r.ns > 0 && (!prefixed || peerScenario(r.name) != r.name)) theirs[peerScenario(r.name)] = &r;
+  }
+  return theirs;
+}
+}  // namespace
+
+std::vector<BenchRatio> pairWithPeer(const BenchRun& strata, const BenchRun& peer) {
+  const std::map<QString, const BenchResult*> theirs = peerResults(peer);
+  std::vector<BenchRatio> out;
+  for (const BenchResult& r : strata.results) {
+    auto it = theirs.find(r.name);
+    if (it == theirs.end() || !r.error.isEmpty() || r.ns <= 0) continue;
+    out.push_back({r.name, r.ns, it->second->ns});
+  }
+  return out;
+}
+
+std::optional<ModeStackFit> fitModeStack(const BenchRun& run) {
+  static const QRegularExpression re("^mode_stack/(\\d+)$");
+  // From one mode up: mode_stack/0 never leaves the unboxed path, and the first mode
+  // also pays for boxing the call once, so N = 0 is off the line by that much.
+  std::vector<std::pair<double, double>> pts;
+  for (const BenchResult& r : run.results) {
+    const auto m = re.match(r.name);
+    if (m.hasMatch() && r.error.isEmpty() && m.captured(1).toInt() >= 1) pts.emplace_back(m.captured(1).toDouble(), r.ns);
+  }
+  if (pts.size() < 2) return std::nullopt;
+  const double n = static_cast<double>(pts.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : pts) {
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  const double denom = n * sxx - sx * sx;
+  if (denom == 0) return std::nullopt;
+  ModeStackFit fit;
+  fit.ns_per_mode = (n * sxy - sx * sy) / denom;
+  fit.intercept = (sy - fit.ns_per_mode * sx) / n;
+  double ss_res = 0, ss_tot = 0;
+  for (const auto& [x, y] : pts) {
+    const double e = y - (fit.intercept + fit.ns_per_mode * x);
+    ss_res += e * e;
+    ss_tot += (y - sy / n) * (y - sy / n);
+  }
+  fit.r2 = ss_tot > 0 ? 1 - ss_res / ss_tot : 1;
+  fit.points = static_cast<int>(pts.size());
+  return fit;
+}
+
+// An axis label: "1 ns", "10 us", "100 ms".
+QString tickLabel(double ns) {
+  static const char* const kUnits[] = {"ns", "us", "ms", "s"};
+  int unit = 0;
+  while (ns >= 1000 && unit < 3) {
+    ns /= 1000;
+    ++unit;
+  }
+  return QString::number(ns, 'g', 3) + " " + kUnits[unit];
+}
+
+// A round step near range/4: 1, 2 or 5 times a power of ten.
+double niceStep(double range) {
+  const double raw = range / 4, p = std::pow(10, std::floor(std::log10(raw))), f = raw / p;
+  return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * p;
+}
+
+QString formatNs(double ns) {
+  if (ns >= 1e9) return num(ns / 1e9, 2) + " s";
+  if (ns >= 1e6) return num(ns / 1e6, ns >= 1e8 ? 0 : 1) + " ms";
+  if (ns >= 1e3) return num(ns / 1e3, ns >= 1e5 ? 0 : 2) + " us";
+  return num(ns, ns >= 100 ? 0 : 2) + " ns";
+}
+
+std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer) {
+  std::vector<BenchGoal> goals;
+  auto ok = [](const BenchResult* r) { return r != nullptr && r->error.isEmpty() && r->ns > 0; };
+  if (peer != nullptr) {
+    for (const BenchRatio& r : pairWithPeer(strata, *peer)) {
+      if (!r.name.startsWith("unboxed/") && r.name != "boxed/muladd") continue;
+      goals.push_back({r.name + " at most 0.5x PyTorch's",
+                       num(r.ratio(), 2) + "x (" + formatNs(r.strata_ns) + " vs " + formatNs(r.peer_ns) + ")",
+                       r.ratio() <= 0.5});
+    }
+  }
+  const BenchResult* plain = strata.find("unboxed/muladd");
+  const BenchResult* autocast = strata.find("unboxed/muladd_autocast_on_no_rule");
+  if (ok(plain) && ok(autocast)) {
+    const double d = autocast->ns - plain->ns;
+    goals.push_back({"unboxed/muladd_autocast_on_no_rule within 1 ns of unboxed/muladd",
+                     (d >= 0 ? "+" : "") + num(d, 2) + " ns", std::abs(d) <= 1.0});
+  }
+  if (const auto fit = fitModeStack(strata)) {
+    goals.push_back({"mode_stack/N grows linearly in N (N >= 1)",
+                     "R^2 = " + num(fit->r2, 4) + " over " + QString::number(fit->points) + " depths",
+                     fit->r2 >= 0.98});
+    const BenchResult* layer = peer != nullptr ? peer->find("libtorch/unboxed/muladd_one_boxed_layer") : nullptr;
+    if (ok(layer)) {
+      goals.push_back({"each pass-through mode at most 0.5x PyTorch's one-boxed-layer call",
+                       formatNs(fit->ns_per_mode) + " per mode = " + num(fit->ns_per_mode / layer->ns, 2) + "x " +
+                           formatNs(layer->ns),
+                       fit->ns_per_mode <= 0.5 * layer->ns});
+    }
+  }
+  const BenchResult* one = strata.find("threads/unboxed_muladd/threads:1");
+  const BenchResult* two = strata.find("threads/unboxed_muladd/threads:2");
+  if (ok(one) && ok(two) && one->items_per_second > 0) {
+    const double scale = two->items_per_second / one->items_per_second;
+    goals.push_back({"threads/unboxed_muladd: 2 threads at least 1.8x the throughput of 1",
+                     num(scale, 2) + "x", scale >= 1.8});
+  }
+  const BenchResult* load = strata.find("host/load_100_bundles");
+  if (ok(load)) goals.push_back({"host/load_100_bundles under 1 s", formatNs(load->ns), load->ns < 1e9});
+  return goals;
+}
+
+QString renderSvg(const BenchRun& strata, const BenchRun* peer, const QString& peer_label) {
+  constexpr double kWidth = 960, kLeft = 330, kRight = 110, kRow = 24, kTop = 84;
+  std::map<QString, double> theirs;
+  if (peer != nullptr) {
+    for (const auto& [name, r] : peerResults(*peer)) theirs[name] = r->ns;
+  }
+  std::vector<const BenchResult*> rows;
+  double lo = 1e300, hi = 0;
+  for (const BenchResult& r : strata.results) {
+    if (!r.error.isEmpty() || r.ns <= 0) continue;
+    rows.push_back(&r);
+    lo = std::min(lo, r.ns);
+    hi = std::max(hi, r.ns);
+    if (auto it = theirs.find(r.name); it != theirs.end()) {
+      lo = std::min(lo, it->second);
+      hi = std::max(hi, it->second);
+    }
+  }
+  const auto fit = fitModeStack(strata);
+  const double bars_height = kTop + kRow * static_cast<double>(rows.size()) + 40;
+  const double modes_top = bars_height + 40, modes_height = fit ? 300 : 0;
+  QString s;
+  s += QString("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%1\" height=\"%2\" font-family=\"sans-serif\" "
+               "font-size=\"12\">\n")
+           .arg(kWidth)
+           .arg(modes_top + modes_height + 20);
+  s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  QString host = strata.context["host_name"].toString();
+  s += QString("<text x=\"10\" y=\"22\" font-size=\"16\" font-weight=\"bold\">Strata dispatch benchmarks: cost per "
+               "call (log scale)</text>\n<text x=\"10\" y=\"42\" fill=\"#555\">%1 CPUs at %2 MHz%3; %4</text>\n")
+           .arg(strata.context["num_cpus"].toInt())
+           .arg(strata.context["mhz_per_cpu"].toInt())
+           .arg(host.isEmpty() ? "" : " (" + xmlEscape(host) + ")")
+           .arg(xmlEscape(strata.context["date"].toString()));
+  if (rows.empty()) {
+    s += "<text x=\"10\" y=\"80\">no results</text>\n</svg>\n";
+    return s;
+  }
+  const double d0 = std::floor(std::log10(lo)), d1 = std::max(d0 + 1, std::ceil(std::log10(hi)));
+  const double plot_w = kWidth - kLeft - kRight;
+  auto x = [&](double ns) { return kLeft + plot_w * (std::log10(ns) - d0) / (d1 - d0); };
+  for (double d = d0; d <= d1; ++d) {
+    const double gx = x(std::pow(10, d));
+    s += QString("<line x1=\"%1\" y1=\"%2\" x2=\"%1\" y2=\"%3\" stroke=\"#ddd\"/>\n<text x=\"%1\" y=\"%4\" "
+                 "text-anchor=\"middle\" fill=\"#555\">%5</text>\n")
+             .arg(num(gx))
+             .arg(kTop - 6)
+             .arg(num(bars_height - 30))
+             .arg(num(bars_height - 14))
+             .arg(tickLabel(std::pow(10, d)));
+  }
+  double y = kTop;
+  const bool paired = !theirs.empty();
+  for (const BenchResult* r : rows) {
+    s += QString("<text x=\"%1\" y=\"%2\" text-anchor=\"end\">%3</text>\n")
+             .arg(kLeft - 8)
+             .arg(num(y + 15))
+             .arg(xmlEscape(r->name));
+    const double h = paired ? 9 : 16;
+    s += QString("<rect x=\"%1\" y=\"%2\" width=\"%3\" height=\"%4\" fill=\"#1f77b4\"><title>Strata %5: %6</title>"
+                 "</rect>\n<text x=\"%7\" y=\"%8\" font-size=\"10\">%6</text>\n")
+             .arg(kLeft)
+             .arg(num(y + 3))
+             .arg(num(std::max(1.0, x(r->ns) - kLeft)))
+             .arg(h)
+             .arg(xmlEscape(r->name), formatNs(r->ns))
+             .arg(num(x(r->ns) + 4))
+             .arg(num(y + 3 + h - 1));
+    if (auto it = theirs.find(r->name); it != theirs.end()) {
+      s += QString("<rect x=\"%1\" y=\"%2\" width=\"%3\" height=\"9\" fill=\"#ff7f0e\"><title>%4 %5: %6</title>"
+                   "</rect>\n<text x=\"%7\" y=\"%8\" font-size=\"10\">%6 (%9x)</text>\n")
+               .arg(kLeft)
+               .arg(num(y + 13))
+               .arg(num(std::max(1.0, x(it->second) - kLeft)))
+               .arg(xmlEscape(peer_label), xmlEscape(r->name), formatNs(it->second))
+               .arg(num(x(it->second) + 4))
+               .arg(num(y + 21))
+               .arg(num(r->ns / it->second, 2));
+    }
+    y += kRow;
+  }
+  s += QString("<rect x=\"10\" y=\"52\" width=\"12\" height=\"10\" fill=\"#1f77b4\"/><text x=\"28\" y=\"62\">Strata"
+               "</text>\n");
+  if (paired) {
+    s += QString("<rect x=\"90\" y=\"52\" width=\"12\" height=\"10\" fill=\"#ff7f0e\"/><text x=\"108\" y=\"62\">%1, "
+                 "the same scenario (in parentheses: Strata / %1)</text>\n")
+             .arg(xmlEscape(peer_label));
+  }
+  if (!fit) return s + "</svg>\n";
+
+  // mode_stack/N against N, with the fitted line.
+  static const QRegularExpression re("^mode_stack/(\\d+)$");
+  std::vector<std::pair<double, double>> pts;
+  for (const BenchResult* r : rows) {
+    const auto m = re.match(r->name);
+    if (m.hasMatch()) pts.emplace_back(m.captured(1).toDouble(), r->ns);
+  }
+  double max_n = 0, max_ns = 0;
+  for (const auto& [n, ns] : pts) {
+    max_n = std::max(max_n, n);
+    max_ns = std::max(max_ns, ns);
+  }
+  max_n = std::max(max_n, 1.0);
+  const double step = niceStep(max_ns * 1.1);
+  max_ns = std::ceil(max_ns * 1.1 / step) * step;
+  const double px0 = 90, px1 = kWidth - 60, py0 = modes_top + modes_height - 40, py1 = modes_top + 30;
+  auto mx = [&](double n) { return px0 + (px1 - px0) * n / max_n; };
+  auto my = [&](double ns) { return py0 - (py0 - py1) * ns / max_ns; };
+  s += QString("<text x=\"10\" y=\"%1\" font-size=\"16\" font-weight=\"bold\">Dispatch modes: unboxed/muladd under N "
+               "pass-through modes</text>\n")
+           .arg(modes_top);
+  s += QString("<line x1=\"%1\" y1=\"%2\" x2=\"%3\" y2=\"%2\" stroke=\"#333\"/>\n<line x1=\"%1\" y1=\"%2\" x2=\"%1\" "
+               "y2=\"%4\" stroke=\"#333\"/>\n")
+           .arg(px0)
+           .arg(num(py0))
+           .arg(px1)
+           .arg(num(py1));
+  for (double v = 0; v <= max_ns + step / 2; v += step) {
+    s += QString("<line x1=\"%1\" y1=\"%2\" x2=\"%3\" y2=\"%2\" stroke=\"#eee\"/>\n<text x=\"%4\" y=\"%5\" "
+                 "text-anchor=\"end\" fill=\"#555\">%6</text>\n")
+             .arg(px0)
+             .arg(num(my(v)))
+             .arg(px1)
+             .arg(px0 - 6)
+             .arg(num(my(v) + 4))
+             .arg(tickLabel(v));
+  }
+  for (const auto& [n, ns] : pts) {
+    s += QString("<circle cx=\"%1\" cy=\"%2\" r=\"4\" fill=\"#1f77b4\"><title>mode_stack/%3: %4</title></circle>\n"
+                 "<text x=\"%1\" y=\"%5\" text-anchor=\"middle\" fill=\"#555\">%3</text>\n")
+             .arg(num(mx(n)))
+             .arg(num(my(ns)))
+             .arg(n)
+             .arg(formatNs(ns))
+             .arg(num(py0 + 16));
+  }
+  s += QString("<line x1=\"%1\" y1=\"%2\" x2=\"%3\" y2=\"%4\" stroke=\"#1f77b4\" stroke-dasharray=\"6,4\"/>\n")
+           .arg(num(mx(1)))
+           .arg(num(my(fit->intercept + fit->ns_per_mode)))
+           .arg(num(mx(max_n)))
+           .arg(num(my(fit->intercept + fit->ns_per_mode * max_n)));
+  s += QString("<text x=\"%1\" y=\"%2\">fit over N &gt;= 1: %3 + %4 per mode (R^2 %5); x: modes on the stack</text>\n")
+           .arg(px0 + 10)
+           .arg(num(py1 + 4))
+           .arg(formatNs(fit->intercept), formatNs(fit->ns_per_mode), num(fit->r2, 4));
+  return s + "</svg>\n";
+}
+
+QJsonObject mergedJson(const BenchRun& strata, const BenchRun* peer) {
+  QJsonObject out;
+  out["context"] = strata.context;
+  QJsonArray all = strata.raw;
+  if (peer != nullptr) {
+    for (const QJsonValue& v : peer->raw) all.append(v);
+    QJsonArray ratios;
+    for (const BenchRatio& r : pairWithPeer(strata, *peer)) {
+      ratios.append(QJsonObject{{"name", r.name}, {"strata_ns", r.strata_ns}, {"peer_ns", r.peer_ns},
+                                {"ratio", r.ratio()}});
+    }
+    out["ratios"] = ratios;
+  }
+  out["benchmarks"] = all;
+  return out;
+}
+
+}  // namespace strata::host

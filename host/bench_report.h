@@ -1,0 +1,78 @@
+// Reading Google Benchmark's JSON output, pairing Strata's scenarios with a peer's
+// (PyTorch's dispatcher, "libtorch/<scenario>"), checking issue 6's goals, and
+// drawing the results as SVG. What `strata bench` prints and writes.
+#pragma once
+
+#include <QByteArray>
+#include <QJsonArray>
+#include <QJsonObject>
+#include <QString>
+#include <QStringList>
+
+#include <optional>
+#include <vector>
+
+namespace strata::host {
+
+// One scenario's result.
+struct BenchResult {
+  // The stable name: Google Benchmark's run name without the "/real_time",
+  // "/manual_time" and "/iterations:N" parts it adds ("threads/unboxed_muladd/threads:2").
+  QString name;
+  double ns = 0;                // wall time per iteration in ns (the median when repeated)
+  double items_per_second = 0;  // 0 when the scenario does not count items
+  QString error;                // non-empty: the scenario was skipped or failed, and why
+};
+
+struct BenchRun {
+  QJsonObject context;  // Google Benchmark's "context" (machine, build)
+  QJsonArray raw;       // its "benchmarks", as written
+  std::vector<BenchResult> results;
+  const BenchResult* find(const QString& name) const;
+};
+
+// Parses a Google Benchmark JSON document. Error: *error names what is wrong.
+std::optional<BenchRun> parseBenchmarkJson(const QByteArray& json, QString* error);
+
+// The scenario a peer's result stands for: its name without "libtorch/".
+QString peerScenario(const QString& peer_name);
+
+struct BenchRatio {
+  QString name;
+  double strata_ns = 0;
+  double peer_ns = 0;
+  double ratio() const { return strata_ns / peer_ns; }
+};
+// Strata's results that the peer also ran, in Strata's order.
+std::vector<BenchRatio> pairWithPeer(const BenchRun& strata, const BenchRun& peer);
+
+// The least-squares line through mode_stack/N: ns per mode and the fit's R².
+struct ModeStackFit {
+  double ns_per_mode = 0;
+  double intercept = 0;
+  double r2 = 0;
+  int points = 0;
+};
+std::optional<ModeStackFit> fitModeStack(const BenchRun& run);
+
+// Issue 6's goals, each with what was measured; a goal whose inputs were not run
+// (or need a peer that was not given) is left out.
+struct BenchGoal {
+  QString goal;
+  QString measured;
+  bool met = false;
+};
+std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer);
+
+// A time for people: "3.45 ns", "2.10 us", "153 ms".
+QString formatNs(double ns);
+
+// An SVG of the cost per call of every scenario (log scale, the peer's beside
+// Strata's) and of mode_stack/N against N with its fitted line.
+QString renderSvg(const BenchRun& strata, const BenchRun* peer, const QString& peer_label);
+
+// The document --json writes: Strata's Google Benchmark JSON with the peer's
+// benchmarks appended and, with a peer, "ratios".
+QJsonObject mergedJson(const BenchRun& strata, const BenchRun* peer);
+
+}  // namespace strata::host

@@ -1,0 +1,126 @@
+// Reading Google Benchmark JSON, pairing with a peer, the goals and the chart, on
+// documents written here (the CLI test runs the real binaries).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <QJsonArray>
+#include <QJsonDocument>
+
+#include "bench_report.h"
+
+namespace strata::host {
+namespace {
+
+using ::testing::HasSubstr;
+
+QByteArray doc(const QJsonArray& benchmarks) {
+  return QJsonDocument(QJsonObject{{"context", QJsonObject{{"num_cpus", 2}, {"mhz_per_cpu", 2100}}},
+                                   {"benchmarks", benchmarks}})
+      .toJson();
+}
+QJsonObject entry(const QString& name, double time, const QString& unit = "ns") {
+  return {{"name", name}, {"run_name", name}, {"run_type", "iteration"}, {"real_time", time}, {"cpu_time", time},
+          {"time_unit", unit}};
+}
+
+TEST(BenchReport, ReadsNamesTimesAndErrors) {
+  QJsonObject threads = entry("threads/unboxed_muladd/real_time/threads:2", 1.5);
+  threads["items_per_second"] = 6e8;
+  QJsonObject skipped{{"name", "cuda/core_add_1m/real_time"}, {"run_name", "cuda/core_add_1m/real_time"},
+                      {"run_type", "iteration"}, {"error_occurred", true}, {"error_message", "no CUDA device: x"}};
+  QString error;
+  const auto run = parseBenchmarkJson(
+      doc({entry("unboxed/ident", 2.5), entry("host/load_100_bundles/iterations:3/manual_time", 150, "ms"), threads,
+           skipped}),
+      &error);
+  ASSERT_TRUE(run.has_value()) << error.toStdString();
+  ASSERT_EQ(run->results.size(), 4u);
+  EXPECT_DOUBLE_EQ(run->find("unboxed/ident")->ns, 2.5);
+  EXPECT_DOUBLE_EQ(run->find("host/load_100_bundles")->ns, 150e6);
+  EXPECT_DOUBLE_EQ(run->find("threads/unboxed_muladd/threads:2")->items_per_second, 6e8);
+  EXPECT_EQ(run->find("cuda/core_add_1m")->error, "no CUDA device: x");
+}
+
+TEST(BenchReport, TheMedianOfRepetitionsWins) {
+  QJsonObject mean = entry("unboxed/ident", 9);
+  mean["name"] = "unboxed/ident_mean";
+  mean["run_type"] = "aggregate";
+  mean["aggregate_name"] = "mean";
+  QJsonObject median = mean;
+  median["name"] = "unboxed/ident_median";
+  median["aggregate_name"] = "median";
+  median["real_time"] = 3.0;
+  QString error;
+  const auto run = parseBenchmarkJson(doc({entry("unboxed/ident", 7), mean, median, entry("unboxed/ident", 8)}), &error);
+  ASSERT_TRUE(run.has_value());
+  ASSERT_EQ(run->results.size(), 1u);
+  EXPECT_DOUBLE_EQ(run->results[0].ns, 3.0);
+}
+
+TEST(BenchReport, BadDocumentsAreClearErrors) {
+  QString error;
+  EXPECT_FALSE(parseBenchmarkJson("not json", &error).has_value());
+  EXPECT_THAT(error.toStdString(), HasSubstr("not JSON"));
+  EXPECT_FALSE(parseBenchmarkJson("{\"context\": {}}", &error).has_value());
+  EXPECT_THAT(error.toStdString(), HasSubstr("no \"benchmarks\" array"));
+  EXPECT_FALSE(parseBenchmarkJson(doc({QJsonObject{{"name", "x"}, {"run_type", "iteration"}}}), &error).has_value());
+  EXPECT_THAT(error.toStdString(), HasSubstr("benchmark x has no real_time"));
+}
+
+TEST(BenchReport, RatiosGoalsAndTheModeStackFit) {
+  QString error;
+  auto strata = parseBenchmarkJson(
+      doc({entry("unboxed/muladd", 4), entry("unboxed/muladd_autocast_on_no_rule", 4.5), entry("boxed/muladd", 60),
+           entry("mode_stack/0", 4), entry("mode_stack/1", 34), entry("mode_stack/2", 64), entry("mode_stack/4", 124),
+           entry("registry/toggle", 2000)}),
+      &error);
+  auto peer = parseBenchmarkJson(doc({entry("libtorch/unboxed/muladd", 20), entry("libtorch/boxed/muladd", 80),
+                                      entry("libtorch/unboxed/muladd_one_boxed_layer", 62)}),
+                                 &error);
+  ASSERT_TRUE(strata && peer);
+  const auto ratios = pairWithPeer(*strata, *peer);
+  ASSERT_EQ(ratios.size(), 2u);
+  EXPECT_EQ(ratios[0].name, "unboxed/muladd");
+  EXPECT_DOUBLE_EQ(ratios[0].ratio(), 0.2);
+  EXPECT_DOUBLE_EQ(ratios[1].ratio(), 0.75);
+  const auto fit = fitModeStack(*strata);
+  ASSERT_TRUE(fit.has_value());
+  EXPECT_NEAR(fit->ns_per_mode, 30, 1e-9);
+  EXPECT_NEAR(fit->intercept, 4, 1e-9);
+  EXPECT_NEAR(fit->r2, 1, 1e-12);
+  EXPECT_EQ(fit->points, 3);  // N = 0 is not on the line: it never boxes the call
+  std::map<std::string, bool> met;
+  for (const auto& g : checkGoals(*strata, &*peer)) met[g.goal.toStdString()] = g.met;
+  EXPECT_TRUE(met.at("unboxed/muladd at most 0.5x PyTorch's"));
+  EXPECT_FALSE(met.at("boxed/muladd at most 0.5x PyTorch's"));
+  EXPECT_TRUE(met.at("unboxed/muladd_autocast_on_no_rule within 1 ns of unboxed/muladd"));
+  EXPECT_TRUE(met.at("mode_stack/N grows linearly in N (N >= 1)"));
+  EXPECT_TRUE(met.at("each pass-through mode at most 0.5x PyTorch's one-boxed-layer call"));  // 30 <= 31
+  EXPECT_EQ(met.count("host/load_100_bundles under 1 s"), 0u);  // not run: not judged
+  const QJsonObject merged = mergedJson(*strata, &*peer);
+  EXPECT_EQ(merged["benchmarks"].toArray().size(), 11);
+  EXPECT_EQ(merged["ratios"].toArray().size(), 2);
+}
+
+TEST(BenchReport, TheChartHasABarPerScenarioAndTheModeStackLine) {
+  QString error;
+  auto strata = parseBenchmarkJson(doc({entry("unboxed/ident", 3), entry("mode_stack/0", 4), entry("mode_stack/1", 34),
+                                        entry("mode_stack/8", 244), entry("registry/register_10k", 50, "ms")}),
+                                   &error);
+  auto peer = parseBenchmarkJson(doc({entry("libtorch/unboxed/ident", 19)}), &error);
+  ASSERT_TRUE(strata && peer);
+  const std::string svg = renderSvg(*strata, &*peer, "libtorch").toStdString();
+  EXPECT_THAT(svg, ::testing::StartsWith("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+  EXPECT_THAT(svg, HasSubstr(">unboxed/ident</text>"));
+  EXPECT_THAT(svg, HasSubstr(">registry/register_10k</text>"));
+  EXPECT_THAT(svg, HasSubstr("<title>libtorch unboxed/ident: 19.00 ns</title>"));
+  EXPECT_THAT(svg, HasSubstr("(0.16x)"));
+  EXPECT_THAT(svg, HasSubstr("fit over N &gt;= 1: 4.00 ns + 30.00 ns per mode"));
+  EXPECT_THAT(svg, HasSubstr("</svg>"));
+  EXPECT_EQ(formatNs(3.456), "3.46 ns");
+  EXPECT_EQ(formatNs(2100), "2.10 us");
+  EXPECT_EQ(formatNs(153e6), "153 ms");
+}
+
+}  // namespace
+}  // namespace strata::host
