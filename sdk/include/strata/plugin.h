@@ -6,7 +6,8 @@
 // reports, and calls registerAll() inside a load transaction (Note [The load
 // transaction] in host/plugin_host.h). Nothing registers from static initializers.
 //
-//   // mybundle.cc (CMake: strata_add_bundle(mybundle SOURCES mybundle.cc METADATA bundle.json))
+//   // mybundle.cc (CMake: find_package(strata) and strata_add_bundle(mybundle SOURCES mybundle.cc);
+//   // the README, "Write a bundle", has a complete example)
 //   #include <strata/plugin.h>
 //   class MyBundle : public QObject, public strata::Bundle {
 //     Q_OBJECT
