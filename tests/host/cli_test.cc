@@ -5,6 +5,8 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -460,4 +462,55 @@ TEST(BenchCommand, BadInputIsAClearErrorWithTheRightExitCode) {
 #else
   EXPECT_THAT(r.out, HasSubstr("is not built"));
 #endif
+}
+
+// The README's "Write a bundle" example, as a newcomer would use it: its three
+// files written out, built against this build tree with find_package(strata), and
+// loaded by the CLI.
+std::map<std::string, std::string> readmeBundleExample() {
+  std::ifstream in(STRATA_SOURCE_DIR "/README.md");
+  std::map<std::string, std::string> files;
+  std::string line, name;
+  bool in_block = false;
+  const std::string marker = "<!-- bundle-example: ";
+  while (std::getline(in, line)) {
+    if (line.rfind(marker, 0) == 0) {
+      name = line.substr(marker.size(), line.find(" -->") - marker.size());
+    } else if (!name.empty() && !in_block && line.rfind("```", 0) == 0) {
+      in_block = true;
+      files[name];
+    } else if (in_block && line.rfind("```", 0) == 0) {
+      in_block = false;
+      name.clear();
+    } else if (in_block) {
+      files[name] += line + "\n";
+    }
+  }
+  return files;
+}
+
+TEST(ExternalBundle, BuildsAndLoadsTheReadmeExample) {
+  const auto files = readmeBundleExample();
+  ASSERT_EQ(files.size(), 3u) << "the README's bundle example should have CMakeLists.txt, hello.cc and bundle.json";
+  char tmpl[] = "/tmp/strata-hello-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  for (const auto& [name, text] : files) std::ofstream(dir + "/" + name) << text;
+  const std::string build = "'" STRATA_CMAKE "' -S " + dir + " -B " + dir + "/build -G Ninja -DCMAKE_CXX_COMPILER='" +
+                            STRATA_CXX + "' -Dstrata_DIR=" STRATA_BUILD_DIR "/sdk > " + dir + "/log 2>&1 && '" +
+                            STRATA_CMAKE "' --build " + dir + "/build >> " + dir + "/log 2>&1";
+  if (std::system(build.c_str()) != 0) {
+    std::ifstream log(dir + "/log");
+    FAIL() << "building the README's bundle failed:\n" << std::string(std::istreambuf_iterator<char>(log), {});
+  }
+  const std::string opts = " --plugins " + dir + "/build --db " + dir + "/s.db";
+  Result r = run("call hello::scale '[1,2,3]' 2.0" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("tensor([2., 4., 6.])"));
+  r = run("call hello::scale 'ones(2,3):meta' 2.0" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("device='meta'"));
+  r = run("plugins list" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("hello +1.0.0 +loaded"));
+  std::system(("rm -rf " + dir).c_str());
 }
