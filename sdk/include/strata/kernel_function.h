@@ -298,8 +298,9 @@ class STRATA_API KernelFunction {
   Return callThroughStack(const OperatorHandle& op, DispatchKeySet ks, Args... args) const {
     // Sized once, then filled in place: one out-of-line call rather than one push each.
     Stack stack(sizeof...(Args));
-    size_t i = 0;
-    ((stack[i++] = detail::boxing::boxArg(args)), ...);
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      ((stack[I] = detail::boxing::boxArg(args)), ...);
+    }(std::index_sequence_for<Args...>{});
     boxed_(functor_.get(), op, ks, &stack);
     if constexpr (std::is_void_v<Return>) {
       return;
