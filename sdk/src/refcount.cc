@@ -2,7 +2,6 @@
 // objects other threads dropped, and thread exit. See Note [Biased reference
 // counts] in strata/intrusive_ptr.h.
 #include <mutex>
-#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -76,18 +75,19 @@ __thread bool tls_exited = false;
 // shared count alone.
 struct ThreadExit {
   ~ThreadExit() {
-    OwnerThread* self = std::exchange(tls_self, nullptr);
     tls_exited = true;
+    OwnerThread* self = tls_self;
     if (self == nullptr) return;
     std::vector<const intrusive_ptr_target*> queued;
     {
       Registry& r = registry();
       std::lock_guard<std::mutex> lock(r.mu);
       r.threads.erase(tls_owner_token);
-      tls_owner_token = 0;
+      tls_owner_token = 0;  // from here on this thread owns nothing: ownerForNewObject sees tls_exited
       queued.swap(self->queue);
     }
-    mergeAll(queued);
+    tls_self = nullptr;
+    mergeAll(queued);  // objects freed here may run code that makes objects: they start shared
     delete self;
   }
 };
