@@ -10,6 +10,7 @@
 #include <atomic>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "plugin_host.h"
@@ -132,6 +133,34 @@ TEST(PluginHost, RejectsEveryBadBundleWithItsReasonAndLeavesNothingRegistered) {
   EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("dup_define::g")).has_value());
   EXPECT_EQ(get_kernel("extension_cpp::mymuladd", "cpu").owner(), "muladd@1.1.0");
   EXPECT_TRUE(ops::allclose(mymuladd(ops::ones({3}), ops::ones({3}), 2.0), ops::full({3}, 3.0)));
+}
+
+// The store records what each loaded bundle registered (what `strata plugins show`
+// prints), owner by owner, and forgets it when the bundle goes.
+TEST(PluginHost, TheStoreRecordsEachBundlesRegistrations) {
+  Env env;
+  env.add(plugin("muladd_1_1_0"));
+  env.add(plugin("flop_counter"));
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  ASSERT_EQ(host.loaded().size(), 2u);
+  std::map<std::string, std::string> ops;
+  for (const auto& o : env.store->operators()) ops[o.name] = o.owner + " " + o.schema;
+  EXPECT_EQ(ops["extension_cpp::mymuladd"], "muladd@1.1.0 extension_cpp::mymuladd(Tensor a, Tensor b, float c) -> Tensor");
+  EXPECT_EQ(ops["extension_cpp::mysub"], "muladd@1.1.0 extension_cpp::mysub(Tensor a, Tensor b) -> Tensor");
+  EXPECT_EQ(ops.count("core::add.Tensor"), 0u);  // builtin ops are not a bundle's
+  std::set<std::string> regs;
+  for (const auto& r : env.store->registrations("extension_cpp::mymuladd")) regs.insert(r.key + " " + r.kind + " " + r.owner);
+  EXPECT_TRUE(regs.count("def def muladd@1.1.0")) << ::testing::PrintToString(regs);
+  EXPECT_TRUE(regs.count("CPU unboxed muladd@1.1.0"));
+  EXPECT_TRUE(regs.count("Meta unboxed muladd@1.1.0"));
+  bool rule = false;
+  for (const auto& r : regs) rule |= r.rfind("torch_dispatch[", 0) == 0 && r.find("rule flop_counter@1.0.0") != std::string::npos;
+  EXPECT_TRUE(rule) << ::testing::PrintToString(regs);
+  env.remove("libflop_counter.so");
+  host.sync();
+  for (const auto& r : env.store->registrations()) EXPECT_NE(r.owner, "flop_counter@1.0.0") << r.op << " " << r.key;
+  EXPECT_FALSE(env.store->registrations("extension_cpp::mymuladd").empty());
 }
 
 TEST(PluginHost, LoadsTheHighestVersionUnlessPinned) {
