@@ -38,6 +38,18 @@ std::optional<QStringList> listBenchmarks(const QString& binary, const QString& 
   return names;
 }
 
+std::optional<BenchRun> readBenchmarkFile(const QString& path, QString* error) {
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly)) {
+    *error = "cannot read " + path + ": " + f.errorString();
+    return std::nullopt;
+  }
+  QString why;
+  auto run = parseBenchmarkJson(f.readAll(), &why);
+  if (!run) *error = path + ": " + why;
+  return run;
+}
+
 // Runs a benchmark binary, printing "[k/n] name  time" to err as each result
 // arrives, and returns its JSON results.
 std::optional<BenchRun> runBenchmarks(const QString& binary, const QString& label, const QString& filter,
@@ -89,29 +101,11 @@ std::optional<BenchRun> runBenchmarks(const QString& binary, const QString& labe
              ")" + (stderr_text.trimmed().isEmpty() ? "" : ": " + stderr_text.trimmed());
     return std::nullopt;
   }
-  QFile f(out_file);
-  if (!f.open(QIODevice::ReadOnly)) {
-    *error = binary + " wrote no results (" + out_file + ")";
-    return std::nullopt;
-  }
   QString why;
-  auto run = parseBenchmarkJson(f.readAll(), &why);
+  auto run = readBenchmarkFile(out_file, &why);
   if (!run) *error = "the results of " + binary + ": " + why;
   return run;
 }
-
-std::optional<BenchRun> readBenchmarkFile(const QString& path, QString* error) {
-  QFile f(path);
-  if (!f.open(QIODevice::ReadOnly)) {
-    *error = "cannot read " + path + ": " + f.errorString();
-    return std::nullopt;
-  }
-  QString why;
-  auto run = parseBenchmarkJson(f.readAll(), &why);
-  if (!run) *error = path + ": " + why;
-  return run;
-}
-
 bool writeFile(const QString& path, const QByteArray& bytes, QString* error) {
   QFile f(path);
   if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate) || f.write(bytes) != bytes.size()) {
@@ -172,6 +166,16 @@ int runBenchCommand(const QStringList& args) {
       return kExitUsage;
     }
     extra << "--benchmark_min_time=" + parser.value("min-time");
+  }
+  // Output files are checked before minutes of benchmarks, not after.
+  for (const char* option : {"json", "plot"}) {
+    if (!parser.isSet(option)) continue;
+    const QFileInfo target(parser.value(option));
+    if (!target.absoluteDir().exists()) {
+      err << "error: --" << option << " " << parser.value(option) << ": the folder " << target.absolutePath()
+          << " does not exist\n";
+      return kExitInvalidInput;
+    }
   }
   const QString filter = parser.value("filter");
   const QString strata_binary = besideThisBinary("strata_bench");

@@ -445,6 +445,10 @@ TEST(BenchCommand, BadInputIsAClearErrorWithTheRightExitCode) {
   r = run("bench --min-time soon");
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.out, HasSubstr("--min-time expects a positive number of seconds, got 'soon'"));
+  r = run("bench --plot /nonexistent/dir/b.svg");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("--plot /nonexistent/dir/b.svg: the folder /nonexistent/dir does not exist"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("[strata 1/")));  // refused before running anything
   r = run("bench --peer /nonexistent/peer.json");
   EXPECT_EQ(r.status, 1);
 #ifdef STRATA_HAVE_BENCH
