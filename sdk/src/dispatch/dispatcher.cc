@@ -282,7 +282,6 @@ DispatchKeySet OperatorInfo::keysOfValue(const IValue& v) {
   return ks;
 }
 
-
 // ---------------------------------------------------------------------------
 // The dispatcher's state.
 
