@@ -1,5 +1,7 @@
 #include "strata/dispatch_key.h"
 
+#include <optional>
+
 #include "strata/error.h"
 
 namespace strata {
@@ -17,6 +19,7 @@ const char* toString(DispatchKey k) {
     case DispatchKey::AutogradCUDA: return "AutogradCUDA";
     case DispatchKey::AutocastCPU: return "AutocastCPU";
     case DispatchKey::AutocastCUDA: return "AutocastCUDA";
+    case DispatchKey::AutocastPrivateUse1: return "AutocastPrivateUse1";
     case DispatchKey::Batched: return "Batched";
     case DispatchKey::CompositeExplicitAutograd: return "CompositeExplicitAutograd";
     case DispatchKey::CompositeImplicitAutograd: return "CompositeImplicitAutograd";
@@ -30,7 +33,8 @@ DispatchKey parseDispatchKey(std::string_view name) {
       DispatchKey::CPU,          DispatchKey::CUDA,         DispatchKey::PrivateUse1,
       DispatchKey::Meta,         DispatchKey::Mode,         DispatchKey::AutogradMeta,
       DispatchKey::AutogradCPU,  DispatchKey::AutogradCUDA, DispatchKey::AutocastCPU,
-      DispatchKey::AutocastCUDA, DispatchKey::Batched,      DispatchKey::CompositeExplicitAutograd,
+      DispatchKey::AutocastCUDA, DispatchKey::AutocastPrivateUse1, DispatchKey::Batched,
+      DispatchKey::CompositeExplicitAutograd,
       DispatchKey::CompositeImplicitAutograd, DispatchKey::Autograd};
   for (DispatchKey k : kNamed) {
     if (name == toString(k)) return k;
@@ -40,10 +44,25 @@ DispatchKey parseDispatchKey(std::string_view name) {
   if (name == "meta") return DispatchKey::Meta;
   if (name == "privateuse1") return DispatchKey::PrivateUse1;
   if (name == "default") return DispatchKey::CompositeExplicitAutograd;
+  // A layer's key of a device type: "autocast:cpu", "autograd:cuda".
+  if (const size_t colon = name.find(':'); colon != std::string_view::npos) {
+    const std::string_view layer = name.substr(0, colon), device = name.substr(colon + 1);
+    std::optional<DeviceType> type;
+    for (DeviceType t : {DeviceType::CPU, DeviceType::CUDA, DeviceType::Meta, DeviceType::PrivateUse1}) {
+      if (device == toString(t)) type = t;
+    }
+    DispatchKey k = DispatchKey::Undefined;
+    if (type && layer == "autocast") k = autocastKey(*type);
+    if (type && layer == "autograd") k = autogradKey(*type);
+    if (k != DispatchKey::Undefined) return k;
+    STRATA_FAIL(Value, "unknown dispatch key '", name, "': a layer's key is autocast:DEVICE (cpu, cuda, privateuse1) "
+                "or autograd:DEVICE (cpu, cuda, meta)");
+  }
   std::string known;
   for (DispatchKey k : kNamed) known += std::string(known.empty() ? "" : ", ") + toString(k);
   STRATA_FAIL(Value, "unknown dispatch key or device type '", name,
-               "': expected a device type (cpu, cuda, meta, privateuse1), 'default', or one of ", known);
+               "': expected a device type (cpu, cuda, meta, privateuse1), 'default', a layer's key of a device type "
+               "(autocast:cpu, autograd:cuda, ...), or one of ", known);
 }
 
 std::string DispatchKeySet::str() const {

@@ -56,6 +56,14 @@ TEST(DispatchKeys, ParsesDeviceTypesDefaultAndKeyNames) {
   EXPECT_EQ(parseDispatchKey("AutogradCPU"), DispatchKey::AutogradCPU);
   EXPECT_EQ(parseDispatchKey("CompositeImplicitAutograd"), DispatchKey::CompositeImplicitAutograd);
   EXPECT_THAT(errorOf([] { parseDispatchKey("gpu"); }), AllOf(HasSubstr("'gpu'"), HasSubstr("cpu, cuda, meta")));
+  // A layer's key of a device type, as the admin commands accept it.
+  EXPECT_EQ(parseDispatchKey("autocast:cpu"), DispatchKey::AutocastCPU);
+  EXPECT_EQ(parseDispatchKey("autocast:cuda"), DispatchKey::AutocastCUDA);
+  EXPECT_EQ(parseDispatchKey("autocast:privateuse1"), DispatchKey::AutocastPrivateUse1);
+  EXPECT_EQ(parseDispatchKey("autograd:cpu"), DispatchKey::AutogradCPU);
+  EXPECT_THAT(errorOf([] { parseDispatchKey("autocast:meta"); }),
+              AllOf(HasSubstr("'autocast:meta'"), HasSubstr("autocast:DEVICE (cpu, cuda, privateuse1)")));
+  EXPECT_THAT(errorOf([] { parseDispatchKey("vmap:cpu"); }), HasSubstr("'vmap:cpu'"));
 }
 
 TEST(DispatchKeys, OrderIsPyTorchs) {
@@ -65,11 +73,11 @@ TEST(DispatchKeys, OrderIsPyTorchs) {
     order.push_back(rest.highestPriorityKey());
   }
   using K = DispatchKey;
-  EXPECT_EQ(order, (std::vector<K>{K::Batched, K::AutocastCUDA, K::AutocastCPU, K::AutogradCUDA, K::AutogradCPU,
+  EXPECT_EQ(order, (std::vector<K>{K::Batched, K::AutocastPrivateUse1, K::AutocastCUDA, K::AutocastCPU, K::AutogradCUDA, K::AutogradCPU,
                                     K::AutogradMeta, K::Mode, K::Meta, K::PrivateUse1, K::CUDA, K::CPU}));
   EXPECT_EQ(keysBelow(K::AutogradCPU) & all,
             (DispatchKeySet{K::AutogradMeta, K::Mode, K::Meta, K::PrivateUse1, K::CUDA, K::CPU}));
-  EXPECT_EQ(keysAbove(K::AutocastCPU) & all, (DispatchKeySet{K::Batched, K::AutocastCUDA}));
+  EXPECT_EQ(keysAbove(K::AutocastCPU) & all, (DispatchKeySet{K::Batched, K::AutocastPrivateUse1, K::AutocastCUDA}));
 }
 
 TEST(DispatchKeys, TensorsContributeTheirKeys) {

@@ -63,7 +63,7 @@ TEST(ScalarTypeTest, NamesSizesAndCodes) {
 
 TEST(DispatchKeySetTest, HighestBitRunsInPyTorchsOrder) {
   // See Note [Dispatch key order]: each key outranks every key after it.
-  const DispatchKey order[] = {DispatchKey::Batched,     DispatchKey::AutocastCUDA, DispatchKey::AutocastCPU,
+  const DispatchKey order[] = {DispatchKey::Batched, DispatchKey::AutocastPrivateUse1, DispatchKey::AutocastCUDA, DispatchKey::AutocastCPU,
                                DispatchKey::AutogradCUDA, DispatchKey::AutogradCPU, DispatchKey::AutogradMeta,
                                DispatchKey::Mode,        DispatchKey::Meta,         DispatchKey::PrivateUse1,
                                DispatchKey::CUDA,        DispatchKey::CPU};

@@ -6,8 +6,9 @@
 // the key's enum value, and the highest set bit is the key that runs. The order is
 // PyTorch's, highest priority first:
 //
-//   Batched (vmap) > AutocastCUDA > AutocastCPU > AutogradCUDA > AutogradCPU >
-//   AutogradMeta > Mode (dispatch modes) > Meta > PrivateUse1 > CUDA > CPU
+//   Batched (vmap) > AutocastPrivateUse1 > AutocastCUDA > AutocastCPU >
+//   AutogradCUDA > AutogradCPU > AutogradMeta > Mode (dispatch modes) > Meta >
+//   PrivateUse1 > CUDA > CPU
 //
 // so vmap sees an op before autocast, autocast before autograd, and dispatch modes
 // see ops after autograd and autocast have done their work. The values leave gaps
@@ -42,6 +43,7 @@ enum class DispatchKey : uint8_t {
   // Autocast, one per device type.
   AutocastCPU = 40,
   AutocastCUDA = 42,
+  AutocastPrivateUse1 = 44,
   // vmap.
   Batched = 50,
 
@@ -74,6 +76,7 @@ constexpr bool isRuntimeKey(DispatchKey k) {
     case DispatchKey::AutogradCUDA:
     case DispatchKey::AutocastCPU:
     case DispatchKey::AutocastCUDA:
+    case DispatchKey::AutocastPrivateUse1:
     case DispatchKey::Batched:
       return true;
     default:
@@ -106,6 +109,21 @@ constexpr DispatchKey autogradKey(DeviceType t) {
     case DeviceType::Meta:
       return DispatchKey::AutogradMeta;
     case DeviceType::PrivateUse1:
+      return DispatchKey::Undefined;
+  }
+  return DispatchKey::Undefined;
+}
+
+// The autocast key of a device type; Meta has none.
+constexpr DispatchKey autocastKey(DeviceType t) {
+  switch (t) {
+    case DeviceType::CPU:
+      return DispatchKey::AutocastCPU;
+    case DeviceType::CUDA:
+      return DispatchKey::AutocastCUDA;
+    case DeviceType::PrivateUse1:
+      return DispatchKey::AutocastPrivateUse1;
+    case DeviceType::Meta:
       return DispatchKey::Undefined;
   }
   return DispatchKey::Undefined;
@@ -164,7 +182,8 @@ inline constexpr DispatchKeySet kBackendKeys{DispatchKey::CPU, DispatchKey::CUDA
                                              DispatchKey::Meta};
 inline constexpr DispatchKeySet kAutogradKeys{DispatchKey::AutogradCPU, DispatchKey::AutogradCUDA,
                                               DispatchKey::AutogradMeta};
-inline constexpr DispatchKeySet kAutocastKeys{DispatchKey::AutocastCPU, DispatchKey::AutocastCUDA};
+inline constexpr DispatchKeySet kAutocastKeys{DispatchKey::AutocastCPU, DispatchKey::AutocastCUDA,
+                                              DispatchKey::AutocastPrivateUse1};
 inline constexpr DispatchKeySet kAllRuntimeKeys = kBackendKeys | kAutogradKeys | kAutocastKeys |
                                                   DispatchKeySet{DispatchKey::Mode, DispatchKey::Batched};
 
@@ -197,8 +216,10 @@ constexpr DispatchKeySet keysAbove(DispatchKey k) { return DispatchKeySet::fromR
 constexpr DispatchKeySet keysBelow(DispatchKey k) { return DispatchKeySet::fullUpTo(k).remove(k); }
 
 // A key from its name: the enum names ("CPU", "AutogradCPU", "CompositeExplicitAutograd",
-// ...), the device types "cpu", "cuda", "meta", "privateuse1" (their backend keys), and
-// "default" (CompositeExplicitAutograd), as torch.library.impl accepts them. Throws
+// ...), the device types "cpu", "cuda", "meta", "privateuse1" (their backend keys),
+// "default" (CompositeExplicitAutograd), as torch.library.impl accepts them, and a
+// layer's key of a device type: "autocast:cpu" (AutocastCPU), "autograd:cuda"
+// (AutogradCUDA), ... Throws
 // strata::Error(Value) listing the accepted names for anything else.
 STRATA_API DispatchKey parseDispatchKey(std::string_view name);
 

@@ -17,7 +17,7 @@ void registerBuiltins(std::vector<std::unique_ptr<Library>>& keep) {
   // autograd kernel or autocast rule skips the layer at no cost. (The Mode and
   // Batched fallbacks come with the layers that own them.)
   for (DispatchKey k : {DispatchKey::AutogradCPU, DispatchKey::AutogradCUDA, DispatchKey::AutogradMeta,
-                        DispatchKey::AutocastCPU, DispatchKey::AutocastCUDA}) {
+                        DispatchKey::AutocastCPU, DispatchKey::AutocastCUDA, DispatchKey::AutocastPrivateUse1}) {
     keep.push_back(std::make_unique<Library>(Library::IMPL, "_", k, __FILE__, __LINE__));
     keep.back()->fallback(CppFunction::makeFallthrough());
   }
