@@ -353,6 +353,8 @@ struct STRATA_API Explanation {
     bool boxed = false;
     DispatchKeySet keys;    // the set the kernel was chosen from
     SlotInfo slot;          // the key chosen, the kernel and its owner
+    // What the kernel said it did (note_dispatch_step), e.g. an autocast rule's casts.
+    std::vector<std::string> notes;
   };
   std::string op;
   std::vector<ArgumentKeys> arguments;
@@ -501,6 +503,15 @@ STRATA_API std::string dump(std::string_view op);
 // contributed, the TLS sets, the final set, the key and kernel chosen (with owner),
 // and every dispatch that followed on this thread during the call.
 STRATA_API Explanation explain(const OperatorHandle& op, Stack stack);
+
+// True while a dispatch trace or an explain() observes calls (on any thread): a layer
+// checks it before it spends time describing what it does. One relaxed load.
+inline bool dispatch_observed() { return detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0; }
+// Attaches a line to the dispatch step of the kernel running on this thread: explain()
+// prints it under that step and the trace logs it. A layer's kernel says here what
+// it did and why (an autocast rule: each argument it cast, from which dtype to which).
+// Does nothing while no trace or explain() observes this thread.
+STRATA_API void note_dispatch_step(std::string note);
 
 // Logs every dispatch step (op, key set, key, kernel, owner) to the trace sink while on.
 // Also on when the environment has STRATA_DISPATCH_TRACE=1 at startup.

@@ -95,6 +95,21 @@ void traceExit() { --tls_depth; }
 
 }  // namespace detail
 
+void note_dispatch_step(std::string note) {
+  const bool tracing = g_trace_on.load(std::memory_order_relaxed);
+  if (!tracing && tls_capture == nullptr) return;
+  // The running kernel's step is the newest one at the depth just above this one.
+  const int depth = tls_depth - 1;
+  if (tracing) emit(std::string(static_cast<size_t>(depth < 0 ? 0 : depth) * 2 + 2, ' ') + "note: " + note);
+  if (tls_capture == nullptr) return;
+  for (auto it = tls_capture->rbegin(); it != tls_capture->rend(); ++it) {
+    if (it->depth == depth) {
+      it->notes.push_back(std::move(note));
+      return;
+    }
+  }
+}
+
 void set_dispatch_trace(bool on) {
   const bool was = g_trace_on.exchange(on);
   if (was != on) detail::g_dispatch_observers.fetch_add(on ? 1 : -1);
@@ -159,7 +174,10 @@ std::string Explanation::str() const {
     os << "\n";
   }
   os << "dispatch steps:\n";
-  for (const auto& st : steps) os << "  " << stepLine(st) << "\n";
+  for (const auto& st : steps) {
+    os << "  " << stepLine(st) << "\n";
+    for (const auto& n : st.notes) os << "  " << std::string(static_cast<size_t>(st.depth) * 2 + 2, ' ') << n << "\n";
+  }
   return os.str();
 }
 
