@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cast_kernels.h"
 #include "cuda/cuda_backend.h"
 #include "strata/tensor.h"
 #include "tensor_internal.h"
@@ -14,6 +15,25 @@ namespace {
 
 using detail::cuda::CopyKind;
 
+// The float32 <-> float16 / bfloat16 casts of contiguous tensors (autocast's casts),
+// in vectorized loops (cast_kernels.h). False for any other pair of dtypes.
+bool castContiguous(const Tensor& dst, const Tensor& src) {
+  const int64_t n = dst.numel();
+  const ScalarType from = src.dtype(), to = dst.dtype();
+  if (from == ScalarType::Float && to == ScalarType::Half) {
+    detail::castFloatToHalf(src.data_ptr<float>(), static_cast<uint16_t*>(dst.data_ptr()), n);
+  } else if (from == ScalarType::Float && to == ScalarType::BFloat16) {
+    detail::castFloatToBFloat16(src.data_ptr<float>(), static_cast<uint16_t*>(dst.data_ptr()), n);
+  } else if (from == ScalarType::Half && to == ScalarType::Float) {
+    detail::castHalfToFloat(static_cast<const uint16_t*>(src.data_ptr()), dst.data_ptr<float>(), n);
+  } else if (from == ScalarType::BFloat16 && to == ScalarType::Float) {
+    detail::castBFloat16ToFloat(static_cast<const uint16_t*>(src.data_ptr()), dst.data_ptr<float>(), n);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // Strided, converting copy between two CPU tensors of equal sizes.
 void copyCpu(const Tensor& dst, const Tensor& src) {
   char* d = static_cast<char*>(dst.data_ptr());
@@ -22,6 +42,7 @@ void copyCpu(const Tensor& dst, const Tensor& src) {
     if (dst.nbytes() != 0) std::memmove(d, s, dst.nbytes());
     return;
   }
+  if (dst.is_contiguous() && src.is_contiguous() && castContiguous(dst, src)) return;
   STRATA_DISPATCH_ALL_TYPES(dst.dtype(), "copy_", [&] {
     using dst_t = scalar_t;
     auto* dp = reinterpret_cast<dst_t*>(d);

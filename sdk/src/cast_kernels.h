@@ -1,0 +1,18 @@
+// Contiguous float32 <-> float16 / bfloat16 conversion loops: what a cast (core::to,
+// copy_) runs on CPU when both tensors are contiguous. Each element is converted
+// exactly as the scalar conversions in strata/half.h convert it (round to nearest,
+// ties to even; infinities, NaNs and subnormals kept), bit for bit, but the loops are
+// written without branches so that the compiler vectorizes them (cast_kernels.cc is
+// built with -O3 -fno-trapping-math; `-fopt-info-vec` shows all four loops vectorized).
+#pragma once
+
+#include <cstdint>
+
+namespace strata::detail {
+
+void castFloatToHalf(const float* src, uint16_t* dst, int64_t n);
+void castFloatToBFloat16(const float* src, uint16_t* dst, int64_t n);
+void castHalfToFloat(const uint16_t* src, float* dst, int64_t n);
+void castBFloat16ToFloat(const uint16_t* src, float* dst, int64_t n);
+
+}  // namespace strata::detail
