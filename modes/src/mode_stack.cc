@@ -14,6 +14,10 @@
 
 namespace strata::modes {
 
+namespace detail {
+void registerCoreAutocastRules(std::vector<RegistrationHandleRAII>& keep);  // autocast.cc
+}  // namespace detail
+
 namespace {
 
 constexpr std::string_view kTorchDispatch = "torch_dispatch";
@@ -157,6 +161,7 @@ RegistrationHandleRAII addModeType(std::string name, std::string description, Mo
 struct Runtime {
   RegistrationHandleRAII fallback;
   std::vector<RegistrationHandleRAII> builtin_types;
+  std::vector<RegistrationHandleRAII> autocast_rules;
   Runtime() {
     RegistrationOwnerGuard owner("builtin");
     const auto here = std::source_location::current();
@@ -172,6 +177,7 @@ struct Runtime {
     builtin_types.push_back(addModeType(
         "passthrough", "calls the op below and returns", [] { return std::make_shared<PassthroughMode>(); },
         where(here)));
+    detail::registerCoreAutocastRules(autocast_rules);
   }
 };
 

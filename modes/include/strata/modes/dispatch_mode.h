@@ -149,7 +149,8 @@ class STRATA_MODES_API ModeGuard {
   std::shared_ptr<DispatchMode> mode_;
 };
 
-// Registers the Mode-key fallback and the built-in mode types, once per process.
+// Registers the Mode-key fallback, the built-in mode types and the core:: ops'
+// autocast rules (autocast.h), once per process.
 // Every function here calls it; a host calls it at startup so `dump` shows the
 // fallback before any mode is pushed.
 STRATA_MODES_API void initialize();
