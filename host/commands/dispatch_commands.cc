@@ -10,6 +10,7 @@
 #include "strata/db/store.h"
 #include "commands/commands.h"
 #include "strata/dispatcher.h"
+#include "strata/modes/autocast.h"
 #include "strata/modes/dispatch_mode.h"
 #include "strata/modes/trace_mode.h"
 
@@ -55,6 +56,24 @@ QJsonObject opJson(const OperatorName& name, bool with_table) {
     o["table"] = table;
   }
   return o;
+}
+
+// --autocast DEVICE[:DTYPE]: "cpu", "cpu:bf16", "cuda:f16", "cuda:float16".
+struct AutocastSpec {
+  DeviceType device;
+  std::optional<ScalarType> dtype;
+};
+AutocastSpec parseAutocastSpec(const std::string& text) {
+  const size_t colon = text.find(':');
+  AutocastSpec spec{modes::parseAutocastDevice(text.substr(0, colon)), std::nullopt};
+  if (colon == std::string::npos) return spec;
+  const std::string d = text.substr(colon + 1);
+  if (d == "bf16") spec.dtype = ScalarType::BFloat16;
+  else if (d == "f16") spec.dtype = ScalarType::Half;
+  else spec.dtype = scalarTypeFromString(d);
+  STRATA_CHECK(spec.dtype == ScalarType::BFloat16 || spec.dtype == ScalarType::Half, Value, "--autocast ", text,
+               ": the dtype must be bf16 (bfloat16) or f16 (float16), not '", d, "'");
+  return spec;
 }
 
 // The stack for schema from command-line words (positional, then NAME=VALUE).
@@ -227,6 +246,11 @@ int runCallCommand(const QStringList& args) {
                             "the last one given is the innermost, and sees the call first.",
                     "NAME"});
   parser.addOption({"json", "With --mode trace: print the recorded graph as JSON."});
+  parser.addOption({"autocast", "Run the call with autocast on for DEVICE (cpu, cuda, privateuse1), in DTYPE "
+                                "(bf16 or f16; default: the device's, bf16 on cpu and f16 on cuda), as "
+                                "`with torch.autocast(DEVICE, DTYPE)`. Repeat for several devices. --explain "
+                                "shows each autocast rule that ran and every argument it cast.",
+                    "DEVICE[:DTYPE]"});
   addHostOptions(parser);
   parser.addPositionalArgument("op", "The operator: ns::name or ns::name.overload.", "OP");
   parser.addPositionalArgument("args", "Its arguments.", "[ARG...]");
@@ -246,7 +270,7 @@ int runCallCommand(const QStringList& args) {
     } else {
       options << a;
       static const QStringList kWithValue{"--seed", "-seed", "--mode", "-mode", "--plugins", "-plugins",
-                                          "--db", "-db", "--actor", "-actor"};
+                                          "--db", "-db", "--actor", "-actor", "--autocast", "-autocast"};
       if (kWithValue.contains(a) && i + 1 < args.size()) {
         options << args[++i];
       }
@@ -262,6 +286,15 @@ int runCallCommand(const QStringList& args) {
   if (!seed_ok) {
     err << args.first() << ": --seed expects a non-negative integer, got '" << parser.value("seed") << "'\n";
     return kExitUsage;
+  }
+  std::vector<AutocastSpec> autocast;
+  for (const QString& a : parser.values("autocast")) {
+    try {
+      autocast.push_back(parseAutocastSpec(a.toStdString()));
+    } catch (const Error& e) {
+      err << args.first() << ": --autocast " << a << ": " << e.what() << "\n";
+      return kExitUsage;
+    }
   }
   try {
     auto session = openSession(parser, true);
@@ -297,6 +330,10 @@ int runCallCommand(const QStringList& args) {
     const OperatorHandle op = *chosen;
     std::vector<std::shared_ptr<modes::DispatchMode>> pushed;
     for (const QString& name : parser.values("mode")) pushed.push_back(modes::make_mode(name.toStdString()));
+    std::vector<std::unique_ptr<modes::AutocastGuard>> autocast_guards;
+    for (const AutocastSpec& a : autocast) {
+      autocast_guards.push_back(std::make_unique<modes::AutocastGuard>(a.device, a.dtype));
+    }
     std::vector<std::unique_ptr<modes::ModeGuard>> guards;
     for (const auto& m : pushed) guards.push_back(std::make_unique<modes::ModeGuard>(m));
     if (parser.isSet("explain")) {
@@ -308,6 +345,7 @@ int runCallCommand(const QStringList& args) {
       op.callBoxed(stack);
     }
     while (!guards.empty()) guards.pop_back();  // innermost first
+    while (!autocast_guards.empty()) autocast_guards.pop_back();
     for (const IValue& v : stack) out << q(v.isTensor() ? v.toTensor().str() : v.repr()) << "\n";
     for (size_t i = 0; i < pushed.size(); ++i) {
       const auto* trace = dynamic_cast<const modes::TraceMode*>(pushed[i].get());

@@ -1,8 +1,11 @@
 // extension_cpp::mymuladd / mymul / myadd_out (and, from 1.1.0, mysub): the
 // operators of PyTorch's custom C++ ops tutorial, with CPU and Meta kernels, and
-// CUDA kernels when built with the toolkit.
+// CUDA kernels when built with the toolkit. From 1.1.0, mymuladd also has autocast
+// rules, and mymuladd / mymul take float16 and bfloat16 tensors (what autocast casts
+// them to): the float32 kernels below, or the core ops for the 16-bit dtypes.
 #include "muladd.h"
 
+#include <strata/modes/autocast.h>
 #include <strata/ops.h>
 #include <strata/tensor.h>
 
@@ -27,12 +30,18 @@ void checkPair(const Tensor& a, const Tensor& b, const char* op) {
                " and ", b.device().str());
   STRATA_CHECK(shape(a) == shape(b), Value, op, ": a and b must have the same shape, got ", shapeStr(a), " and ",
                shapeStr(b));
-  STRATA_CHECK(a.dtype() == strata::ScalarType::Float && b.dtype() == strata::ScalarType::Float, Value, op,
-               ": a and b must be float32, got ", toString(a.dtype()), " and ", toString(b.dtype()));
+  const auto t = a.dtype();
+  STRATA_CHECK(t == b.dtype() && (t == strata::ScalarType::Float || t == strata::ScalarType::Half ||
+                                  t == strata::ScalarType::BFloat16),
+               Value, op, ": a and b must be both float32, both float16 or both bfloat16, got ", toString(a.dtype()),
+               " and ", toString(b.dtype()));
 }
+
+bool isFloat32(const Tensor& a) { return a.dtype() == strata::ScalarType::Float; }
 
 Tensor mymuladd_cpu(const Tensor& a, const Tensor& b, double c) {
   checkPair(a, b, "mymuladd");
+  if (!isFloat32(a)) return strata::ops::add(strata::ops::mul(a, b), c);
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
   Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float);
   const float* pa = ac.data_ptr<float>();
@@ -44,6 +53,7 @@ Tensor mymuladd_cpu(const Tensor& a, const Tensor& b, double c) {
 
 Tensor mymul_cpu(const Tensor& a, const Tensor& b) {
   checkPair(a, b, "mymul");
+  if (!isFloat32(a)) return strata::ops::mul(a, b);
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
   Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float);
   const float* pa = ac.data_ptr<float>();
@@ -62,6 +72,7 @@ Tensor mysub_cpu(const Tensor& a, const Tensor& b) {
 // a's device.
 void checkOut(const Tensor& a, const Tensor& b, const Tensor& out) {
   checkPair(a, b, "myadd_out");
+  STRATA_CHECK(isFloat32(a), Value, "myadd_out: a and b must be float32, got ", toString(a.dtype()));
   STRATA_CHECK(out.device() == a.device(), Device, "myadd_out: expected out on ", a.device().str(), ", got ",
                out.device().str());
   STRATA_CHECK(shape(out) == shape(a) && out.dtype() == strata::ScalarType::Float && out.is_contiguous(), Value,
@@ -106,6 +117,7 @@ void checkLaunch(const char* error, const char* op) {
 }
 Tensor mymuladd_cuda(const Tensor& a, const Tensor& b, double c) {
   checkPair(a, b, "mymuladd");
+  if (!isFloat32(a)) return strata::ops::add(strata::ops::mul(a, b), c);
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
   Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float, a.device());
   checkLaunch(extension_cpp_muladd_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), static_cast<float>(c),
@@ -115,6 +127,7 @@ Tensor mymuladd_cuda(const Tensor& a, const Tensor& b, double c) {
 }
 Tensor mymul_cuda(const Tensor& a, const Tensor& b) {
   checkPair(a, b, "mymul");
+  if (!isFloat32(a)) return strata::ops::mul(a, b);
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
   Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float, a.device());
   checkLaunch(extension_cpp_mul_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(), out.numel()),
@@ -157,6 +170,17 @@ void registerMulAdd(strata::BundleRegistrar& r, bool with_mysub) {
   cuda.impl("mymul", &mymul_cuda);
   cuda.impl("myadd_out", &myadd_out_cuda);
 #endif
+
+  if (with_mysub) {
+    // 1.1.0: under autocast, mymuladd runs in the lower precision. On cpu, in the
+    // dtype the autocast scope asks for (torch.autocast("cpu", dtype)); on cuda in
+    // float16 whatever the scope says, as torch.library.register_autocast does.
+    // Admins switch either off with `strata kernel disable extension_cpp::mymuladd
+    // autocast:cpu`.
+    strata::modes::register_autocast_policy("extension_cpp::mymuladd", "cpu",
+                                            strata::modes::CastPolicy::lower_precision_fp, m);
+    strata::modes::register_autocast("extension_cpp::mymuladd", "cuda", strata::ScalarType::Half, m);
+  }
 }
 
 }  // namespace extension_cpp

@@ -391,6 +391,115 @@ TEST(ServeEndToEnd, DisableWithWaitPickUpANewVersionAndStopOnSigterm) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// Autocast through the CLI on the bundled plugins: muladd 1.1.0 brings autocast rules
+// for mymuladd, 1.0.0 does not.
+TEST(CallAutocast, ExplainShowsTheCastsAndTheVersionsDiffer) {
+  char tmpl[] = "/tmp/strata-autocast-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string opts = " --plugins " STRATA_PLUGIN_BUILD_DIR " --db " + dir + "/s.db";
+  const std::string call = "call extension_cpp::mymuladd '[1.,2.,3.]' '[2.,2.,2.]' 1.0";
+  Result r = run(call + " --autocast cpu:bf16 --explain" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("-> AutocastCPU: kernel [boxed, owner muladd@1.1.0, autocast rule, policy "
+                               "lower_precision_fp"));
+  EXPECT_THAT(r.out, HasSubstr("autocast: AutocastCPU rule of extension_cpp::mymuladd (owner muladd@1.1.0, policy "
+                               "lower_precision_fp)\n"));
+  EXPECT_THAT(r.out, HasSubstr("a: float32 -> bfloat16\n"));
+  EXPECT_THAT(r.out, HasSubstr("b: float32 -> bfloat16\n"));
+  EXPECT_THAT(r.out, HasSubstr("result:\ntensor([3., 5., 7.], dtype=bfloat16)\n"));
+  // The dtype follows the scope; without autocast the op runs in float32.
+  r = run(call + " --autocast cpu:f16" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("tensor([3., 5., 7.], dtype=float16)\n"));
+  r = run(call + " --autocast cpu" + opts);
+  EXPECT_THAT(r.out, HasSubstr("dtype=bfloat16"));  // the cpu default
+  r = run(call + opts);
+  EXPECT_EQ(r.out, "tensor([3., 5., 7.])\n");
+  // Autocast for another device leaves cpu tensors alone.
+  r = run(call + " --autocast cuda" + opts);
+  EXPECT_EQ(r.out, "tensor([3., 5., 7.])\n");
+  // dump lists the rules with their policies and owner.
+  r = run("dump extension_cpp::mymuladd" + opts);
+  EXPECT_THAT(r.out, HasSubstr("AutocastCPU                boxed       owner=muladd@1.1.0   autocast rule, policy "
+                               "lower_precision_fp; registered at"));
+  EXPECT_THAT(r.out, HasSubstr("AutocastCUDA               boxed       owner=muladd@1.1.0   autocast rule, policy "
+                               "lower_precision_fp, cast_inputs=float16; registered at"));
+  // muladd 1.0.0 has no rule: the same call stays float32.
+  ASSERT_EQ(std::system(("mkdir -p " + dir + "/old && cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_0_0.so " + dir +
+                         "/old/").c_str()),
+            0);
+  r = run(call + " --autocast cpu:bf16 --plugins " + dir + "/old --db " + dir + "/old.db");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "tensor([3., 5., 7.])\n");
+  // Bad --autocast values are usage errors that name the value.
+  r = run(call + " --autocast gpu" + opts);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--autocast gpu: autocast has no device type 'gpu': expected cpu, cuda or privateuse1"));
+  r = run(call + " --autocast cpu:int8" + opts);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("the dtype must be bf16 (bfloat16) or f16 (float16), not 'int8'"));
+  r = run(call + " --autocast meta" + opts);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("'meta'"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// A running `strata serve`; `kernel disable OP autocast:cpu --wait` from another
+// process switches the rule off, audited; the same call then returns float32.
+TEST(ServeEndToEnd, AnAdminSwitchesAnAutocastRuleOffLive) {
+  char tmpl[] = "/tmp/strata-e2e-ac-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string plugins = dir + "/plugins", db = dir + "/s.db";
+  ASSERT_EQ(std::system(("mkdir -p " + plugins + " && cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_1_0.so " + plugins)
+                            .c_str()),
+            0);
+  const std::string opts = " --plugins " + plugins + " --db " + db;
+  const pid_t serve = fork();
+  ASSERT_GE(serve, 0);
+  if (serve == 0) {
+    const std::string log = dir + "/serve.log";
+    freopen(log.c_str(), "w", stdout);
+    freopen(log.c_str(), "a", stderr);
+    execl(STRATA_CLI, STRATA_CLI, "serve", "--plugins", plugins.c_str(), "--db", db.c_str(), nullptr);
+    _exit(127);
+  }
+  auto serveLog = [&] {
+    std::ifstream f(dir + "/serve.log");
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  for (int i = 0; i < 100 && serveLog().find("ready.") == std::string::npos; ++i) usleep(50000);
+  ASSERT_THAT(serveLog(), HasSubstr("loaded     muladd@1.1.0"));
+
+  const std::string call = "call extension_cpp::mymuladd 'ones(3)' 'ones(3)' 2.0 --autocast cpu:bf16";
+  Result r = run(call + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "tensor([3., 3., 3.], dtype=bfloat16)\n");
+
+  r = run("kernel disable extension_cpp::mymuladd autocast:cpu --reason 'keep fp32' --actor tester --wait 5 --db " + db);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("disabled extension_cpp::mymuladd AutocastCPU"));
+  EXPECT_THAT(r.out, HasSubstr("applied by every live host"));
+  r = run(call + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "tensor([3., 3., 3.])\n");
+  r = run("dump extension_cpp::mymuladd" + opts);
+  EXPECT_THAT(r.out, HasSubstr("AutocastCPU: disabled"));
+  r = run("audit --op extension_cpp::mymuladd --db " + db);
+  EXPECT_THAT(r.out, HasSubstr("kernel.disable"));
+  EXPECT_THAT(r.out, HasSubstr("AutocastCPU"));
+  EXPECT_THAT(r.out, HasSubstr("tester"));
+
+  r = run("kernel enable extension_cpp::mymuladd autocast:cpu --wait 5 --db " + db);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(run(call + opts).out, HasSubstr("dtype=bfloat16"));
+
+  ASSERT_EQ(kill(serve, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(serve, &status, 0), serve);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << serveLog();
+  std::system(("rm -rf " + dir).c_str());
+}
+
 }  // namespace strata_e2e
 
 // strata bench runs the real benchmark binary: a small filter, short runs.

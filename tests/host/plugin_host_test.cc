@@ -16,6 +16,7 @@
 #include "plugin_host.h"
 #include "strata/cuda.h"
 #include "strata/dispatcher.h"
+#include "strata/modes/autocast.h"
 #include "strata/ops.h"
 #include "dispatch/test_util.h"
 
@@ -233,6 +234,44 @@ TEST(PluginHost, AKernelDisabledBeforeItsBundleLoadsIsDisabledOnLoadAndAfterARes
   env.store->setKernelState("extension_cpp::mymuladd", "CPU", true, "", "ann");
   host.sync();
   EXPECT_TRUE(ops::allclose(mymuladd(a, a, 2.0), ops::full({3}, 3.0)));
+}
+
+TEST(PluginHost, AutocastRulesAreRecordedGoWithTheirBundleAndStayDisabled) {
+  Env env;
+  env.add(plugin("muladd_1_1_0"));
+  // Disabled in the store before the bundle that brings the rule loads.
+  env.store->setKernelState("extension_cpp::mymuladd", "AutocastCPU", false, "before load", "ann");
+  const Tensor a = ops::ones({3});
+  {
+    PluginHost host(env.dir, env.store.get());
+    host.sync();
+    std::set<std::string> regs;
+    for (const auto& r : env.store->registrations("extension_cpp::mymuladd")) regs.insert(r.key + " " + r.owner);
+    EXPECT_TRUE(regs.count("AutocastCPU muladd@1.1.0")) << ::testing::PrintToString(regs);
+    EXPECT_TRUE(regs.count("AutocastCUDA muladd@1.1.0")) << ::testing::PrintToString(regs);
+    EXPECT_FALSE(is_kernel_enabled("extension_cpp::mymuladd", "autocast:cpu"));
+    {
+      modes::AutocastGuard autocast(DeviceType::CPU);
+      EXPECT_EQ(mymuladd(a, a, 2.0).dtype(), ScalarType::Float);  // the rule is off
+    }
+    env.store->setKernelState("extension_cpp::mymuladd", "AutocastCPU", true, "", "ann");
+    host.sync();
+    {
+      modes::AutocastGuard autocast(DeviceType::CPU);
+      EXPECT_EQ(mymuladd(a, a, 2.0).dtype(), ScalarType::BFloat16);
+    }
+    // The rule goes with its bundle: 1.0.0 (no rules) replaces 1.1.0.
+    env.add(plugin("muladd_1_0_0"));
+    env.store->pin("muladd", "1.0.0", "ann");
+    host.sync();
+    EXPECT_EQ(host.loaded().at("muladd").version, "1.0.0");
+    for (const auto& r : Dispatcher::singleton().registrations(parseOperatorName("extension_cpp::mymuladd"))) {
+      EXPECT_FALSE(kAutocastKeys.has(r.key)) << toString(r.key) << " " << r.owner;
+    }
+    for (const auto& r : env.store->registrations("extension_cpp::mymuladd")) EXPECT_NE(r.key, "AutocastCPU");
+    modes::AutocastGuard autocast(DeviceType::CPU);
+    EXPECT_EQ(mymuladd(a, a, 2.0).dtype(), ScalarType::Float);
+  }
 }
 
 TEST(PluginHost, RemovingAndReplacingABundleWhileAnotherThreadDispatches) {
