@@ -128,6 +128,77 @@ void threads_unboxed_muladd(benchmark::State& s) {
 }
 BENCHMARK(threads_unboxed_muladd)->Name("libtorch/threads/unboxed_muladd")->Threads(1)->Threads(2)->UseRealTime();
 
+// --- Autocast, as ../shared/anchors/libtorch_dispatch measures it. ---
+
+// strata_peer::muladd_ac with what torch.library.register_autocast(op, "cpu",
+// torch.bfloat16) installs: leave the AutocastCPU layer, cast floating non-float64 CPU
+// tensors to bf16, call the op again.
+TORCH_LIBRARY_FRAGMENT(strata_peer, m) { m.def("muladd_ac(Tensor a, Tensor b, float c) -> Tensor"); }
+TORCH_LIBRARY_IMPL(strata_peer, CPU, m) { m.impl("muladd_ac", &muladd_cpu); }
+const c10::TypedOperatorHandle<MulAddSig>& muladdAcOp() {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("strata_peer::muladd_ac", "").typed<MulAddSig>();
+  return op;
+}
+at::Tensor muladd_ac_autocast(const at::Tensor& a, const at::Tensor& b, double c) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
+  auto cast = [](const at::Tensor& t) { return at::autocast::cached_cast(at::kBFloat16, t, c10::DeviceType::CPU); };
+  return muladdAcOp().call(cast(a), cast(b), c);
+}
+TORCH_LIBRARY_IMPL(strata_peer, AutocastCPU, m) { m.impl("muladd_ac", &muladd_ac_autocast); }
+
+struct CpuAutocastOn {  // CPU autocast to bf16 for one scope
+  CpuAutocastOn() {
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(true);
+  }
+  ~CpuAutocastOn() { at::autocast::set_cpu_enabled(false); }
+};
+
+void autocast_muladd_with_rule(benchmark::State& s) {
+  c10::InferenceMode guard;
+  const at::Tensor a = at::ones({4}), b = at::ones({4});
+  CpuAutocastOn on;
+  at::Tensor out;
+  for (auto _ : s) benchmark::DoNotOptimize(out = muladdAcOp().call(a, b, 2.0));
+  if (out.scalar_type() != at::kBFloat16) s.SkipWithError("the autocast rule did not cast");
+}
+BENCHMARK(autocast_muladd_with_rule)->Name("libtorch/autocast/muladd_with_rule");
+
+// at::mm's builtin lower_precision_fp rule: both inputs cast, a bf16 mm.
+void autocast_matmul_4x4(benchmark::State& s) {
+  c10::InferenceMode guard;
+  const at::Tensor a = at::ones({4, 4}), b = at::ones({4, 4});
+  CpuAutocastOn on;
+  at::Tensor out;
+  for (auto _ : s) benchmark::DoNotOptimize(out = at::mm(a, b));
+  if (out.scalar_type() != at::kBFloat16) s.SkipWithError("autocast did not cast");
+}
+BENCHMARK(autocast_matmul_4x4)->Name("libtorch/autocast/matmul_4x4");
+
+void matmul_4x4(benchmark::State& s) {
+  c10::InferenceMode guard;
+  const at::Tensor a = at::ones({4, 4}), b = at::ones({4, 4});
+  for (auto _ : s) benchmark::DoNotOptimize(at::mm(a, b));
+}
+BENCHMARK(matmul_4x4)->Name("libtorch/core/matmul_4x4");
+
+void castInto(benchmark::State& s, at::ScalarType from, at::ScalarType to) {
+  c10::InferenceMode guard;
+  constexpr int64_t n = 1 << 20;
+  const at::Tensor src = at::ones({n}, from);
+  at::Tensor dst = at::empty({n}, to);
+  for (auto _ : s) {
+    dst.copy_(src);
+    benchmark::ClobberMemory();
+  }
+  s.SetBytesProcessed(s.iterations() * n * static_cast<int64_t>(src.element_size() + dst.element_size()));
+}
+BENCHMARK_CAPTURE(castInto, copy_f32, at::kFloat, at::kFloat)->Name("libtorch/cast/copy_f32_1m");
+BENCHMARK_CAPTURE(castInto, f32_bf16, at::kFloat, at::kBFloat16)->Name("libtorch/cast/f32_to_bf16_1m");
+BENCHMARK_CAPTURE(castInto, f32_f16, at::kFloat, at::kHalf)->Name("libtorch/cast/f32_to_f16_1m");
+BENCHMARK_CAPTURE(castInto, bf16_f32, at::kBFloat16, at::kFloat)->Name("libtorch/cast/bf16_to_f32_1m");
+BENCHMARK_CAPTURE(castInto, f16_f32, at::kHalf, at::kFloat)->Name("libtorch/cast/f16_to_f32_1m");
+
 // 10,000 kernels registered on 10,000 defined operators, then deregistered (the
 // IMPL library dies): what loading and unloading a large kernel library costs.
 constexpr int kRegistryOps = 10000;

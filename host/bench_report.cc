@@ -191,7 +191,7 @@ std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer) 
   auto ok = [](const BenchResult* r) { return r != nullptr && r->error.isEmpty() && r->ns > 0; };
   if (peer != nullptr) {
     for (const BenchRatio& r : pairWithPeer(strata, *peer)) {
-      if (!r.name.startsWith("unboxed/") && r.name != "boxed/muladd") continue;
+      if (!r.name.startsWith("unboxed/") && r.name != "boxed/muladd" && !r.name.startsWith("autocast/")) continue;
       goals.push_back({r.name + " at most 0.5x PyTorch's",
                        num(r.ratio(), 2) + "x (" + formatNs(r.strata_ns) + " vs " + formatNs(r.peer_ns) + ")",
                        r.ratio() <= 0.5});
