@@ -316,6 +316,28 @@ Tensor matmul_kernel(const Tensor& a, const Tensor& b) {
   if (b.dim() > 1) out_shape.push_back(m);
   const ScalarType dt = a.dtype();
   if (!kCompute) return empty(out_shape, like(a, dt));
+  if (a.dim() == 2 && b.dim() == 2 && a.is_contiguous() && b.is_contiguous() && isFloatingType(dt)) {
+    // Matrices: straight into the result, accumulating in float32 (float64 for
+    // float64), as PyTorch's CPU kernels do for float32, float16 and bfloat16.
+    Tensor out = empty(out_shape, like(a, dt));
+    STRATA_DISPATCH_ALL_TYPES(dt, "core::matmul", [&] {
+      if constexpr (std::is_same_v<scalar_t, double> || std::is_same_v<scalar_t, float> ||
+                    std::is_same_v<scalar_t, Half> || std::is_same_v<scalar_t, BFloat16>) {
+        using acc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+        const scalar_t* pa = a.data_ptr<scalar_t>();
+        const scalar_t* pb = b.data_ptr<scalar_t>();
+        scalar_t* po = out.data_ptr<scalar_t>();
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t j = 0; j < m; ++j) {
+            acc_t acc = 0;
+            for (int64_t x = 0; x < k; ++x) acc += static_cast<acc_t>(pa[i * k + x]) * static_cast<acc_t>(pb[x * m + j]);
+            po[i * m + j] = static_cast<scalar_t>(acc);
+          }
+        }
+      }
+    });
+    return out;
+  }
   int64_t nb = 1;
   for (int64_t s : batch) nb *= s;
   std::vector<int64_t> ashape = batch, bshape = batch;
