@@ -4,6 +4,18 @@
 #include "cast_kernels.h"
 
 #include <bit>
+#include <cstdlib>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+// x86-64: each loop is also built for x86-64-v3 (AVX2, 32-byte vectors), picked at
+// load time by the CPU (ifunc); float16 uses the F16C instructions where the CPU has
+// them (IEEE round to nearest even, subnormals and NaNs as below, in hardware).
+#define STRATA_CAST_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define STRATA_HAVE_F16C_PATH 1
+#else
+#define STRATA_CAST_CLONES
+#endif
 
 namespace strata::detail {
 
@@ -38,7 +50,9 @@ inline float floatOfHalf(uint16_t h) {
   const uint32_t exp = (h >> 10) & 0x1fu;
   const uint32_t mant = h & 0x3ffu;
   const uint32_t normal = sign | ((exp + 112u) << 23) | (mant << 13);
-  const uint32_t nan_or_inf = sign | 0x7f800000u | (mant << 13);
+  // Infinity, or a NaN with its payload and the quiet bit set (IEEE 754: a conversion
+  // of a signaling NaN gives a quiet one, as F16C's does).
+  const uint32_t nan_or_inf = sign | 0x7f800000u | (mant << 13) | (mant != 0 ? 0x400000u : 0u);
   // Zero or subnormal: mant * 2^-24, exact in float.
   const uint32_t subnormal = sign | std::bit_cast<uint32_t>(static_cast<float>(mant) * 0x1p-24f);
   uint32_t r = exp == 0x1fu ? nan_or_inf : normal;
@@ -46,22 +60,60 @@ inline float floatOfHalf(uint16_t h) {
   return std::bit_cast<float>(r);
 }
 
-}  // namespace
-
-void castFloatToHalf(const float* src, uint16_t* dst, int64_t n) {
+STRATA_CAST_CLONES void floatToHalfLoop(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = halfOf(src[i]);
 }
-
-void castFloatToBFloat16(const float* src, uint16_t* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16Of(src[i]);
-}
-
-void castHalfToFloat(const uint16_t* src, float* dst, int64_t n) {
+STRATA_CAST_CLONES void halfToFloatLoop(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = floatOfHalf(src[i]);
 }
 
-void castBFloat16ToFloat(const uint16_t* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(src[i]) << 16);
+#ifdef STRATA_HAVE_F16C_PATH
+// STRATA_NO_F16C=1 takes the portable loops (the tests run both paths).
+const bool kHaveF16C = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c") &&
+                       std::getenv("STRATA_NO_F16C") == nullptr;
+
+__attribute__((target("avx,f16c"))) void floatToHalfF16C(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  for (; i < n; ++i) dst[i] = halfOf(src[i]);
+}
+__attribute__((target("avx,f16c"))) void halfToFloatF16C(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  }
+  for (; i < n; ++i) dst[i] = floatOfHalf(src[i]);
+}
+#endif
+
+}  // namespace
+
+void castFloatToHalf(const float* src, uint16_t* dst, int64_t n) {
+#ifdef STRATA_HAVE_F16C_PATH
+  if (kHaveF16C) return floatToHalfF16C(src, dst, n);
+#endif
+  floatToHalfLoop(src, dst, n);
+}
+
+void castHalfToFloat(const uint16_t* src, float* dst, int64_t n) {
+#ifdef STRATA_HAVE_F16C_PATH
+  if (kHaveF16C) return halfToFloatF16C(src, dst, n);
+#endif
+  halfToFloatLoop(src, dst, n);
+}
+
+STRATA_CAST_CLONES void castFloatToBFloat16(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16Of(src[i]);
+}
+
+STRATA_CAST_CLONES void castBFloat16ToFloat(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t x = static_cast<uint32_t>(src[i]) << 16;
+    dst[i] = std::bit_cast<float>((x & 0x7fffffffu) > 0x7f800000u ? (x | 0x400000u) : x);  // NaNs come out quiet
+  }
 }
 
 }  // namespace strata::detail

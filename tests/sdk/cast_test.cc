@@ -116,10 +116,12 @@ void expectEveryValueWidensExactly(const Format& f) {
   for (uint32_t b = 0; b < all.size() && bad < 10; ++b) {
     const float want = referenceValue(static_cast<uint16_t>(b), f.mant_bits, f.min_exp, f.bias);
     if (std::isnan(want)) {
-      // The payload moves to the top of the float's mantissa; the sign stays.
+      // The payload moves to the top of the float's mantissa, the sign stays, and a
+      // signaling NaN comes out quiet (IEEE 754's rule for conversions).
       const uint32_t gb = std::bit_cast<uint32_t>(got[b]);
-      const bool ok = std::isnan(got[b]) && (gb >> 31) == (b >> 15) &&
-                      ((gb >> (23 - f.mant_bits)) & ((1u << f.mant_bits) - 1)) == (b & ((1u << f.mant_bits) - 1));
+      const uint32_t payload = b & ((1u << f.mant_bits) - 1), quiet = 1u << (f.mant_bits - 1);
+      const bool ok = std::isnan(got[b]) && (gb >> 31) == (b >> 15) && (gb & 0x400000u) != 0 &&
+                      ((gb >> (23 - f.mant_bits)) & ((1u << f.mant_bits) - 1)) == (payload | quiet);
       if (!ok) ++bad;
       EXPECT_TRUE(ok) << std::hex << "0x" << b;
       continue;

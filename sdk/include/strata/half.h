@@ -1,7 +1,7 @@
 // float16 and bfloat16 storage types.
 //
-// Conversions from float round to nearest, ties to even, and keep infinities, NaNs
-// (quieted, sign kept) and subnormals, bit for bit as IEEE 754 prescribes. They do
+// Conversions round to nearest, ties to even, and keep infinities, NaNs (quieted,
+// sign and top payload bits kept) and subnormals, bit for bit as IEEE 754 prescribes. They do
 // not depend on the FPU's rounding mode except for the subnormal float16 path,
 // which assumes the default round-to-nearest mode (as every C++ program starts).
 #pragma once
@@ -41,7 +41,9 @@ inline float halfBitsToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   const uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
+  // Infinity, or a NaN with its payload, made quiet (IEEE 754: converting a
+  // signaling NaN gives a quiet one).
+  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13) | (mant != 0 ? 0x400000u : 0u));
   if (exp == 0) {
     // Zero or subnormal: mant * 2^-24, exact in float.
     const float v = static_cast<float>(mant) * 0x1p-24f;
@@ -62,7 +64,8 @@ inline uint16_t floatToBFloat16Bits(float f) {
 }
 
 inline float bfloat16BitsToFloat(uint16_t b) {
-  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+  const uint32_t x = static_cast<uint32_t>(b) << 16;
+  return std::bit_cast<float>((x & 0x7fffffffu) > 0x7f800000u ? (x | 0x400000u) : x);  // a NaN comes out quiet
 }
 
 }  // namespace detail
