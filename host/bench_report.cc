@@ -82,6 +82,7 @@ std::optional<BenchRun> parseBenchmarkJson(const QByteArray& json, QString* erro
       }
       r.ns = toNs(b["real_time"].toDouble(), b["time_unit"].toString("ns"));
       r.items_per_second = b["items_per_second"].toDouble(0);
+      r.bytes_per_second = b["bytes_per_second"].toDouble(0);
     }
     auto it = index.find(r.name);
     if (it == index.end()) {
@@ -102,10 +103,6 @@ QString peerScenario(const QString& peer_name) {
   return peer_name.startsWith(prefix) ? peer_name.mid(prefix.size()) : peer_name;
 }
 
-namespace {
-// The peer's results by scenario. A file holding "libtorch/..." results (such as
-// one --json wrote, with Strata's own beside them) counts for those alone; any
-// other (an earlier Strata run, say) for all of its results.
 std::map<QString, const BenchResult*> peerResults(const BenchRun& peer) {
   const bool prefixed = std::any_of(peer.results.begin(), peer.results.end(),
                                     [](const BenchResult& r) { return peerScenario(r.name) != r.name; });
@@ -115,7 +112,6 @@ std::map<QString, const BenchResult*> peerResults(const BenchRun& peer) {
   }
   return theirs;
 }
-}  // namespace
 
 std::vector<BenchRatio> pairWithPeer(const BenchRun& strata, const BenchRun& peer) {
   const std::map<QString, const BenchResult*> theirs = peerResults(peer);

@@ -9,6 +9,7 @@
 #include <QString>
 #include <QStringList>
 
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -21,6 +22,7 @@ struct BenchResult {
   QString name;
   double ns = 0;                // wall time per iteration in ns (the median when repeated)
   double items_per_second = 0;  // 0 when the scenario does not count items
+  double bytes_per_second = 0;  // 0 when the scenario does not count bytes (casts and copies do)
   QString error;                // non-empty: the scenario was skipped or failed, and why
 };
 
@@ -62,6 +64,11 @@ struct BenchGoal {
   QString measured;
   bool met = false;
 };
+// The peer's results by scenario. A file holding "libtorch/..." results (such as
+// one --json wrote, with Strata's own beside them) counts for those alone; any
+// other (an earlier Strata run, say) for all of its results.
+std::map<QString, const BenchResult*> peerResults(const BenchRun& peer);
+
 std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer);
 
 // A time for people: "3.45 ns", "2.10 us", "153 ms".

@@ -1,6 +1,6 @@
 // strata bench: runs the benchmark suite (bench/, Google Benchmark) and, with
 // --peer, PyTorch's dispatcher on the same scenarios; prints each result as it
-// comes, the Strata/PyTorch ratios and issue 6's goals; writes JSON and an SVG.
+// comes, the Strata/PyTorch ratios and the goals; writes JSON and an SVG.
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
@@ -128,7 +128,7 @@ int runBenchCommand(const QStringList& args) {
   parser.setApplicationDescription(
       "Run the dispatch benchmarks (build/bin/strata_bench, Google Benchmark), showing each result as it "
       "arrives; with --peer, PyTorch's C++ dispatcher on the same scenarios, the Strata/PyTorch ratio of each, "
-      "and issue 6's goals. Compare runs made in one go on one machine.");
+      "and Strata's goals, met or missed. Compare runs made in one go on one machine.");
   parser.addHelpOption();
   parser.addOption({"filter", "Only the scenarios matching REGEX (Google Benchmark's --benchmark_filter).", "REGEX",
                     "."});
@@ -221,9 +221,13 @@ int runBenchCommand(const QStringList& args) {
 
   // The table: every Strata result, and the peer's beside it where there is one.
   std::map<QString, double> theirs;
+  std::map<QString, const BenchResult*> peer_results;
   if (peer_ptr != nullptr) {
     for (const BenchRatio& r : pairWithPeer(*strata_run, *peer_ptr)) theirs[r.name] = r.peer_ns;
+    peer_results = peerResults(*peer_ptr);
   }
+  // Throughput, for the scenarios that count bytes (casts and copies): GB/s.
+  auto gbs = [](double bytes_per_second) { return QString::number(bytes_per_second / 1e9, 'f', 1) + " GB/s"; };
   int width = 8;
   for (const BenchResult& r : strata_run->results) width = std::max(width, static_cast<int>(r.name.size()));
   out << QString("scenario").leftJustified(width + 2) << QString("strata").rightJustified(12);
@@ -239,11 +243,18 @@ int runBenchCommand(const QStringList& args) {
     if (auto it = theirs.find(r.name); it != theirs.end()) {
       out << formatNs(it->second).rightJustified(12) << QString::number(r.ns / it->second, 'f', 2).rightJustified(8);
     }
+    if (r.bytes_per_second > 0) {
+      out << "  " << gbs(r.bytes_per_second);
+      const auto p = peer_results.find(r.name);
+      if (p != peer_results.end() && p->second->bytes_per_second > 0) {
+        out << " (" << label << " " << gbs(p->second->bytes_per_second) << ")";
+      }
+    }
     out << "\n";
   }
   const auto goals = checkGoals(*strata_run, peer_ptr);
   if (!goals.empty()) {
-    out << "\ngoals (issue 6):\n";
+    out << "\ngoals:\n";
     for (const BenchGoal& g : goals) out << "  " << (g.met ? "met   " : "missed") << "  " << g.goal << ": " << g.measured << "\n";
   }
   out.flush();
