@@ -322,7 +322,7 @@ namespace detail {
 // modes::initialize() keeps these for the life of the process (owner "builtin").
 void registerCoreAutocastRules(std::vector<RegistrationHandleRAII>& keep) {
   RegistrationOwnerGuard owner("builtin");
-  const std::string debug = where(std::source_location::current()) + " (PyTorch's policy for the aten op)";
+  const std::string debug = where(std::source_location::current());
   for (const auto& p : kCorePolicies) {
     for (const char* device : {"cpu", "cuda"}) {
       keep.push_back(addRule(p.op, device, p.policy, std::nullopt, false, debug, "register_autocast_policy"));

@@ -102,6 +102,27 @@ TEST(BenchReport, RatiosGoalsAndTheModeStackFit) {
   EXPECT_EQ(merged["ratios"].toArray().size(), 2);
 }
 
+TEST(BenchReport, TheAutocastGoalsAndThroughput) {
+  QString error;
+  QJsonObject cast = entry("cast/f32_to_bf16_1m", 100000);
+  cast["bytes_per_second"] = 6.3e10;
+  auto strata = parseBenchmarkJson(
+      doc({entry("autocast/muladd_with_rule", 400), entry("autocast/matmul_4x4", 2000), cast, entry("core/matmul_4x4", 300)}),
+      &error);
+  auto peer = parseBenchmarkJson(doc({entry("libtorch/autocast/muladd_with_rule", 2000),
+                                      entry("libtorch/autocast/matmul_4x4", 3000), entry("libtorch/core/matmul_4x4", 500)}),
+                                 &error);
+  ASSERT_TRUE(strata && peer) << error.toStdString();
+  EXPECT_DOUBLE_EQ(strata->find("cast/f32_to_bf16_1m")->bytes_per_second, 6.3e10);
+  EXPECT_DOUBLE_EQ(strata->find("autocast/matmul_4x4")->bytes_per_second, 0);
+  std::map<std::string, bool> met;
+  for (const auto& g : checkGoals(*strata, &*peer)) met[g.goal.toStdString()] = g.met;
+  EXPECT_TRUE(met.at("autocast/muladd_with_rule at most 0.5x PyTorch's"));  // 0.2x
+  EXPECT_FALSE(met.at("autocast/matmul_4x4 at most 0.5x PyTorch's"));       // 0.67x
+  EXPECT_EQ(met.count("core/matmul_4x4 at most 0.5x PyTorch's"), 0u);      // paired, but no goal
+  EXPECT_EQ(peerResults(*peer).count("autocast/matmul_4x4"), 1u);
+}
+
 TEST(BenchReport, TheChartHasABarPerScenarioAndTheModeStackLine) {
   QString error;
   auto strata = parseBenchmarkJson(doc({entry("unboxed/ident", 3), entry("mode_stack/0", 4), entry("mode_stack/1", 34),

@@ -1,5 +1,6 @@
 // Modes pushed on several threads while another thread registers and removes
-// torch_dispatch rules and mode types. Run under TSan: ctest -L concurrency.
+// torch_dispatch rules and mode types; autocast on some threads while an autocast
+// rule comes and goes. Run under TSan: ctest -L concurrency.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "strata/library.h"
+#include "strata/modes/autocast.h"
 #include "strata/modes/dispatch_mode.h"
 #include "strata/ops.h"
 
@@ -66,6 +68,53 @@ TEST(ModesConcurrency, ThreadsDispatchUnderTheirOwnModesWhileRulesComeAndGo) {
   for (auto& th : threads) th.join();
   EXPECT_FALSE(failed.load());
   EXPECT_TRUE(Dispatcher::singleton().rules(foo.operator_name()).empty());
+  Dispatcher::singleton().reclaimRetiredKernels();
+}
+
+// Each thread's autocast state is its own, and a rule registered and removed on
+// another thread is seen whole or not at all: a call returns bfloat16 (the rule ran,
+// its casts too) or float32 (it did not), on threads with autocast on; float32 always
+// on the thread with autocast off.
+TEST(ModesConcurrency, AutocastPerThreadWhileItsRuleComesAndGoes) {
+  Library lib(Library::DEF, "autocast_conc");
+  lib.def("foo(Tensor x) -> Tensor");
+  lib.impl("foo", [](const Tensor& x) { return ops::clone(x); }, DispatchKey::CPU);
+  auto foo = Dispatcher::singleton().findSchemaOrThrow("autocast_conc::foo").typed<Tensor(const Tensor&)>();
+  constexpr int kIters = 300;
+  std::atomic<bool> failed{false};
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      const Tensor x = ops::full({4}, 1.5);
+      for (int i = 0; i < kIters; ++i) {
+        ScalarType got;
+        if (t == 0) {
+          got = foo.call(x).dtype();  // autocast never on here
+          if (got != ScalarType::Float || modes::is_autocast_enabled(DeviceType::CPU)) failed = true;
+        } else {
+          modes::AutocastGuard g(DeviceType::CPU, t == 1 ? ScalarType::BFloat16 : ScalarType::Half);
+          const Tensor y = foo.call(x);
+          got = y.dtype();
+          const ScalarType low = t == 1 ? ScalarType::BFloat16 : ScalarType::Half;
+          if (got != ScalarType::Float && got != low) failed = true;
+          if (y.to(ScalarType::Float).to_vector<float>()[0] != 1.5f) failed = true;
+        }
+      }
+      ++done;
+    });
+  }
+  threads.emplace_back([&] {
+    int i = 0;
+    while (done.load() < 3) {
+      RegistrationOwnerGuard owner("churn@" + std::to_string(i++));
+      Library bundle(Library::FRAGMENT, "autocast_conc");
+      modes::register_autocast_policy("autocast_conc::foo", "cpu", modes::CastPolicy::lower_precision_fp, bundle);
+      std::this_thread::yield();
+    }
+  });
+  for (auto& th : threads) th.join();
+  EXPECT_FALSE(failed.load());
   Dispatcher::singleton().reclaimRetiredKernels();
 }
 

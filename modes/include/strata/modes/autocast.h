@@ -139,8 +139,9 @@ STRATA_MODES_API void register_autocast_policy(std::string_view op, std::string_
                                                Library& lib, bool allow_override = false,
                                                std::source_location where = std::source_location::current());
 
-// The core:: ops' rules (owner "builtin", registered by modes::initialize()), as
-// PyTorch gives their aten namesakes: {op, policy}, each for cpu and cuda.
+// The core:: ops' rules (owner "builtin", registered by modes::initialize()), each
+// for cpu and cuda: {op, policy}. matmul, sum, stack and cat as PyTorch gives their
+// aten namesakes; exp with PyTorch's CUDA policy; the binary elementwise ops promote.
 struct CoreAutocastPolicy {
   const char* op;
   CastPolicy policy;
