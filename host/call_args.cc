@@ -78,15 +78,6 @@ std::vector<std::string_view> splitList(std::string_view s, std::string_view who
   return parts;
 }
 
-std::optional<ScalarType> dtypeName(std::string_view s) {
-  static const std::pair<const char*, ScalarType> kShort[] = {
-      {"f16", kFloat16}, {"bf16", kBFloat16}, {"f32", kFloat32}, {"f64", kFloat64}, {"i8", kInt8},
-      {"u8", kUInt8},    {"i32", kInt32},     {"i64", kInt64},   {"b8", kBool}};
-  for (const auto& [n, t] : kShort) {
-    if (s == n) return t;
-  }
-  return scalarTypeFromString(s);
-}
 
 // Flattens a nested list literal, checking it is rectangular.
 struct Nested {
@@ -111,6 +102,16 @@ void flatten(std::string_view s, size_t depth, Nested& out, std::string_view who
 }
 
 }  // namespace
+
+std::optional<ScalarType> dtypeName(std::string_view s) {
+  static const std::pair<const char*, ScalarType> kShort[] = {
+      {"f16", kFloat16}, {"bf16", kBFloat16}, {"f32", kFloat32}, {"f64", kFloat64}, {"i8", kInt8},
+      {"u8", kUInt8},    {"i32", kInt32},     {"i64", kInt64},   {"b8", kBool}};
+  for (const auto& [n, t] : kShort) {
+    if (s == n) return t;
+  }
+  return scalarTypeFromString(s);
+}
 
 Tensor LiteralParser::parseTensor(std::string_view text) {
   const std::string_view whole = text;

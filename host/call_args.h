@@ -21,6 +21,10 @@
 
 namespace strata::host {
 
+// A dtype by its short name (f16, bf16, f32, f64, i8, u8, i32, i64, b8) or its torch
+// name (float16, bfloat16, half, ...); nullopt for anything else.
+std::optional<ScalarType> dtypeName(std::string_view s);
+
 class LiteralParser {
  public:
   explicit LiteralParser(uint64_t seed) : rng_(seed) {}

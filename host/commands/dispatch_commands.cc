@@ -68,9 +68,7 @@ AutocastSpec parseAutocastSpec(const std::string& text) {
   AutocastSpec spec{modes::parseAutocastDevice(text.substr(0, colon)), std::nullopt};
   if (colon == std::string::npos) return spec;
   const std::string d = text.substr(colon + 1);
-  if (d == "bf16") spec.dtype = ScalarType::BFloat16;
-  else if (d == "f16") spec.dtype = ScalarType::Half;
-  else spec.dtype = scalarTypeFromString(d);
+  spec.dtype = dtypeName(d);
   STRATA_CHECK(spec.dtype == ScalarType::BFloat16 || spec.dtype == ScalarType::Half, Value, "--autocast ", text,
                ": the dtype must be bf16 (bfloat16) or f16 (float16), not '", d, "'");
   return spec;
@@ -345,7 +343,7 @@ int runCallCommand(const QStringList& args) {
       op.callBoxed(stack);
     }
     while (!guards.empty()) guards.pop_back();  // innermost first
-    while (!autocast_guards.empty()) autocast_guards.pop_back();
+    while (!autocast_guards.empty()) autocast_guards.pop_back();  // innermost first
     for (const IValue& v : stack) out << q(v.isTensor() ? v.toTensor().str() : v.repr()) << "\n";
     for (size_t i = 0; i < pushed.size(); ++i) {
       const auto* trace = dynamic_cast<const modes::TraceMode*>(pushed[i].get());

@@ -11,6 +11,7 @@
 #include "strata/local_dispatch_key_set.h"
 #include "strata/modes/dispatch_mode.h"
 #include "strata/ops.h"
+#include "registered_at.h"
 
 namespace strata::modes {
 
@@ -116,8 +117,13 @@ std::string describe(const Rule& r, Verdict v, const std::string& name, const Te
 Tensor castTensor(const Rule& r, const Tensor& t, ScalarType to) {
   State& st = tls_state;
   const DeviceState& ds = st.devices[slot(r.device)];
+  // PyTorch caches leaves that are not views. With no autograd graph yet, every tensor
+  // that requires grad is a leaf; a view is told apart by its layout: a cached tensor
+  // covers its whole storage, contiguously, from offset 0 (a weight; not w.t(), not a
+  // slice), so views made per call do not pile up in the cache.
   const bool cacheable = ds.cache_enabled && st.nesting > 0 && to == ds.dtype && t.dtype() == ScalarType::Float &&
-                         t.requires_grad();
+                         t.requires_grad() && t.storage_offset() == 0 && t.is_contiguous() &&
+                         t.storage() && t.nbytes() == t.storage()->nbytes();
   if (!cacheable) return ops::to(t, to);
   const auto key = std::make_pair(t.unsafeGetTensorImpl(), to);
   if (auto it = st.cache.find(key); it != st.cache.end()) return it->second.cast;
@@ -186,22 +192,26 @@ void runRule(const Rule& r, const OperatorHandle& op, DispatchKeySet ks, Stack& 
   } else if (const std::optional<ScalarType> to = targetOf(r, stack)) {
     for (size_t i = 0; i < stack.size(); ++i) {
       const bool written = i < r.written.size() && r.written[i];
-      const std::string& name = i < r.names.size() ? r.names[i] : std::string("arg");
       IValue& v = stack[i];
-      auto one = [&](const Tensor& t, const std::string& label) -> std::optional<Tensor> {
+      // j: the index in a list argument, or -1. The label is made only for a note.
+      auto one = [&](const Tensor& t, int64_t j) -> std::optional<Tensor> {
         if (!t.defined()) return std::nullopt;
         const Verdict verdict = judge(r, t, written, *to);
-        if (observed) said.push_back(describe(r, verdict, label, t, *to));
+        if (observed) {
+          std::string label = i < r.names.size() ? r.names[i] : "argument " + std::to_string(i);
+          if (j >= 0) label += "[" + std::to_string(j) + "]";
+          said.push_back(describe(r, verdict, label, t, *to));
+        }
         if (verdict != Verdict::Cast) return std::nullopt;
         return castTensor(r, t, *to);
       };
       if (v.isTensor()) {
-        if (auto c = one(v.toTensor(), name)) v = IValue(std::move(*c));
+        if (auto c = one(v.toTensor(), -1)) v = IValue(std::move(*c));
       } else if (v.isTensorList()) {
         const std::vector<Tensor>& ts = v.toTensorList();
         std::optional<std::vector<Tensor>> out;
         for (size_t j = 0; j < ts.size(); ++j) {
-          auto c = one(ts[j], name + "[" + std::to_string(j) + "]");
+          auto c = one(ts[j], static_cast<int64_t>(j));
           if (!c) continue;
           if (!out) out = ts;
           (*out)[j] = std::move(*c);
@@ -212,7 +222,7 @@ void runRule(const Rule& r, const OperatorHandle& op, DispatchKeySet ks, Stack& 
         std::optional<std::vector<IValue>> out;
         for (size_t j = 0; j < xs.size(); ++j) {
           if (!xs[j].isTensor()) continue;
-          auto c = one(xs[j].toTensor(), name + "[" + std::to_string(j) + "]");
+          auto c = one(xs[j].toTensor(), static_cast<int64_t>(j));
           if (!c) continue;
           if (!out) out = xs;
           (*out)[j] = IValue(std::move(*c));
@@ -229,15 +239,13 @@ void runRule(const Rule& r, const OperatorHandle& op, DispatchKeySet ks, Stack& 
                        ", policy " + toString(r.policy);
     if (r.cast_inputs) note += std::string(", cast_inputs=") + toString(*r.cast_inputs);
     note += ")";
-    for (const auto& s : said) note += "\n    " + s;
+    for (const auto& s : said) note += "\n  " + s;
     note_dispatch_step(std::move(note));
   }
   op.redispatchBoxed(ks & keysBelow(r.key), stack);
 }
 
-std::string where(const std::source_location& loc) {
-  return std::string("registered at ") + loc.file_name() + ":" + std::to_string(loc.line());
-}
+std::string where(const std::source_location& loc) { return detail::registeredAt(loc); }
 
 RegistrationHandleRAII addRule(std::string_view op_text, std::string_view device_type, CastPolicy policy,
                                std::optional<ScalarType> cast_inputs, bool allow_override, const std::string& debug,
@@ -414,8 +422,12 @@ AutocastGuard::~AutocastGuard() {
   if (--tls_state.nesting == 0) tls_state.cache.clear();
 }
 
+// The public entry points run modes::initialize() first, so the core:: ops' builtin
+// rules are in place before any rule a caller registers (and a caller's rule with
+// allow_override shadows the builtin one, never the other way round).
 RegistrationHandleRAII register_autocast(std::string_view op, std::string_view device_type, ScalarType cast_inputs,
                                          bool allow_override, std::source_location loc) {
+  initialize();
   return addRule(op, device_type, CastPolicy::lower_precision_fp, cast_inputs, allow_override, where(loc),
                  "register_autocast");
 }
@@ -427,6 +439,7 @@ void register_autocast(std::string_view op, std::string_view device_type, Scalar
 
 RegistrationHandleRAII register_autocast_policy(std::string_view op, std::string_view device_type, CastPolicy policy,
                                                 bool allow_override, std::source_location loc) {
+  initialize();
   return addRule(op, device_type, policy, std::nullopt, allow_override, where(loc), "register_autocast_policy");
 }
 

@@ -11,6 +11,7 @@
 #include "strata/modes/dispatch_mode.h"
 #include "strata/modes/log_mode.h"
 #include "strata/modes/trace_mode.h"
+#include "registered_at.h"
 
 namespace strata::modes {
 
@@ -51,10 +52,7 @@ void syncModeKey(const ModeStack& modes) {
   else tls.included |= kModeBit;
 }
 
-std::string where(const std::source_location& loc) {
-  std::string file = loc.file_name();
-  return "registered at " + file + ":" + std::to_string(loc.line());
-}
+std::string where(const std::source_location& loc) { return detail::registeredAt(loc); }
 
 void checkResults(const OperatorHandle& op, const DispatchMode& mode, bool by_rule, const Stack& out) {
   const FunctionSchema& schema = op.schema();

@@ -25,22 +25,30 @@ std::string shapeStr(const Tensor& t) {
   return s + "]";
 }
 
+// kLowPrecision (1.1.0): float16 and bfloat16 are accepted too.
+template <bool kLowPrecision>
 void checkPair(const Tensor& a, const Tensor& b, const char* op) {
   STRATA_CHECK(a.device() == b.device(), Device, op, ": expected a and b on the same device, got ", a.device().str(),
                " and ", b.device().str());
   STRATA_CHECK(shape(a) == shape(b), Value, op, ": a and b must have the same shape, got ", shapeStr(a), " and ",
                shapeStr(b));
   const auto t = a.dtype();
-  STRATA_CHECK(t == b.dtype() && (t == strata::ScalarType::Float || t == strata::ScalarType::Half ||
-                                  t == strata::ScalarType::BFloat16),
-               Value, op, ": a and b must be both float32, both float16 or both bfloat16, got ", toString(a.dtype()),
-               " and ", toString(b.dtype()));
+  if constexpr (kLowPrecision) {
+    STRATA_CHECK(t == b.dtype() && (t == strata::ScalarType::Float || t == strata::ScalarType::Half ||
+                                    t == strata::ScalarType::BFloat16),
+                 Value, op, ": a and b must be both float32, both float16 or both bfloat16, got ", toString(a.dtype()),
+                 " and ", toString(b.dtype()));
+  } else {
+    STRATA_CHECK(t == strata::ScalarType::Float && b.dtype() == strata::ScalarType::Float, Value, op,
+                 ": a and b must be float32, got ", toString(a.dtype()), " and ", toString(b.dtype()));
+  }
 }
 
 bool isFloat32(const Tensor& a) { return a.dtype() == strata::ScalarType::Float; }
 
+template <bool kLowPrecision>
 Tensor mymuladd_cpu(const Tensor& a, const Tensor& b, double c) {
-  checkPair(a, b, "mymuladd");
+  checkPair<kLowPrecision>(a, b, "mymuladd");
   if (!isFloat32(a)) return strata::ops::add(strata::ops::mul(a, b), c);
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
   Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float);
@@ -51,8 +59,9 @@ Tensor mymuladd_cpu(const Tensor& a, const Tensor& b, double c) {
   return out;
 }
 
+template <bool kLowPrecision>
 Tensor mymul_cpu(const Tensor& a, const Tensor& b) {
-  checkPair(a, b, "mymul");
+  checkPair<kLowPrecision>(a, b, "mymul");
   if (!isFloat32(a)) return strata::ops::mul(a, b);
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
   Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float);
@@ -64,15 +73,14 @@ Tensor mymul_cpu(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mysub_cpu(const Tensor& a, const Tensor& b) {
-  checkPair(a, b, "mysub");
+  checkPair<false>(a, b, "mysub");
   return strata::ops::sub(a, b);
 }
 
 // myadd_out writes its result into out: a contiguous float32 tensor of a's shape, on
 // a's device.
 void checkOut(const Tensor& a, const Tensor& b, const Tensor& out) {
-  checkPair(a, b, "myadd_out");
-  STRATA_CHECK(isFloat32(a), Value, "myadd_out: a and b must be float32, got ", toString(a.dtype()));
+  checkPair<false>(a, b, "myadd_out");
   STRATA_CHECK(out.device() == a.device(), Device, "myadd_out: expected out on ", a.device().str(), ", got ",
                out.device().str());
   STRATA_CHECK(shape(out) == shape(a) && out.dtype() == strata::ScalarType::Float && out.is_contiguous(), Value,
@@ -90,12 +98,14 @@ void myadd_out_cpu(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 // Meta kernels: shapes and dtypes only (torch.library.register_fake).
+template <bool kLowPrecision>
 Tensor mymuladd_meta(const Tensor& a, const Tensor& b, double) {
-  checkPair(a, b, "mymuladd");
+  checkPair<kLowPrecision>(a, b, "mymuladd");
   return strata::ops::empty(shape(a), a.dtype(), strata::Device(strata::DeviceType::Meta));
 }
+template <bool kLowPrecision>
 Tensor mymul_meta(const Tensor& a, const Tensor& b) {
-  checkPair(a, b, "mymul");
+  checkPair<kLowPrecision>(a, b, "mymul");
   return strata::ops::empty(shape(a), a.dtype(), strata::Device(strata::DeviceType::Meta));
 }
 void myadd_out_meta(const Tensor& a, const Tensor& b, Tensor& out) { checkOut(a, b, out); }
@@ -115,8 +125,9 @@ namespace {
 void checkLaunch(const char* error, const char* op) {
   STRATA_CHECK(error == nullptr, Device, op, ": the CUDA kernel failed to launch: ", error);
 }
+template <bool kLowPrecision>
 Tensor mymuladd_cuda(const Tensor& a, const Tensor& b, double c) {
-  checkPair(a, b, "mymuladd");
+  checkPair<kLowPrecision>(a, b, "mymuladd");
   if (!isFloat32(a)) return strata::ops::add(strata::ops::mul(a, b), c);
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
   Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float, a.device());
@@ -125,8 +136,9 @@ Tensor mymuladd_cuda(const Tensor& a, const Tensor& b, double c) {
               "mymuladd");
   return out;
 }
+template <bool kLowPrecision>
 Tensor mymul_cuda(const Tensor& a, const Tensor& b) {
-  checkPair(a, b, "mymul");
+  checkPair<kLowPrecision>(a, b, "mymul");
   if (!isFloat32(a)) return strata::ops::mul(a, b);
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
   Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float, a.device());
@@ -154,20 +166,22 @@ void registerMulAdd(strata::BundleRegistrar& r, bool with_mysub) {
   if (with_mysub) m.def("mysub(Tensor a, Tensor b) -> Tensor");
 
   auto& cpu = r.library(strata::Library::IMPL, "extension_cpp", strata::DispatchKey::CPU);
-  cpu.impl("mymuladd", &mymuladd_cpu);
-  cpu.impl("mymul", &mymul_cpu);
+  // 1.1.0's kernels also take the 16-bit dtypes its autocast rules hand them.
+  const bool low = with_mysub;
+  cpu.impl("mymuladd", low ? &mymuladd_cpu<true> : &mymuladd_cpu<false>);
+  cpu.impl("mymul", low ? &mymul_cpu<true> : &mymul_cpu<false>);
   cpu.impl("myadd_out", &myadd_out_cpu);
   if (with_mysub) cpu.impl("mysub", &mysub_cpu);
 
   auto& meta = r.library(strata::Library::IMPL, "extension_cpp", strata::DispatchKey::Meta);
-  meta.impl("mymuladd", &mymuladd_meta);
-  meta.impl("mymul", &mymul_meta);
+  meta.impl("mymuladd", low ? &mymuladd_meta<true> : &mymuladd_meta<false>);
+  meta.impl("mymul", low ? &mymul_meta<true> : &mymul_meta<false>);
   meta.impl("myadd_out", &myadd_out_meta);
 
 #ifdef MULADD_WITH_CUDA
   auto& cuda = r.library(strata::Library::IMPL, "extension_cpp", strata::DispatchKey::CUDA);
-  cuda.impl("mymuladd", &mymuladd_cuda);
-  cuda.impl("mymul", &mymul_cuda);
+  cuda.impl("mymuladd", low ? &mymuladd_cuda<true> : &mymuladd_cuda<false>);
+  cuda.impl("mymul", low ? &mymul_cuda<true> : &mymul_cuda<false>);
   cuda.impl("myadd_out", &myadd_out_cuda);
 #endif
 

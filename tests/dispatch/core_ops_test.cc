@@ -199,5 +199,24 @@ TEST(CoreOps, CallableBoxedWithDefaults) {
   EXPECT_TRUE(f.at(0).toTensor().is_meta());
 }
 
+// Matrices take a direct path; other layouts the general one. Both accumulate in
+// float32 (float64 for float64), so the same matrices give the same bits.
+TEST(CoreOpsTest, MatmulGivesTheSameBitsWhateverTheLayout) {
+  std::vector<float> av(6 * 5), bv(5 * 4);
+  for (size_t i = 0; i < av.size(); ++i) av[i] = 0.1f * static_cast<float>(i) - 1.3f;
+  for (size_t i = 0; i < bv.size(); ++i) bv[i] = 0.7f - 0.03f * static_cast<float>(i * i % 17);
+  for (ScalarType dt : {ScalarType::Float, ScalarType::BFloat16, ScalarType::Half, ScalarType::Double}) {
+    const Tensor a = from_vector(av, std::vector<int64_t>{6, 5}).to(dt);
+    const Tensor b = from_vector(bv, std::vector<int64_t>{5, 4}).to(dt);
+    const Tensor direct = ops::matmul(a, b);
+    const Tensor strided = ops::matmul(ops::t(ops::contiguous(ops::t(a))), b);  // a non-contiguous copy of a
+    ASSERT_FALSE(ops::t(ops::contiguous(ops::t(a))).is_contiguous());
+    const Tensor batched = ops::select(ops::matmul(ops::unsqueeze(a, 0), b), 0, 0);
+    EXPECT_EQ(direct.dtype(), dt);
+    EXPECT_TRUE(direct.equal(strided)) << toString(dt);
+    EXPECT_TRUE(direct.equal(batched)) << toString(dt);
+  }
+}
+
 }  // namespace
 }  // namespace strata

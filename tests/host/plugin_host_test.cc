@@ -271,6 +271,9 @@ TEST(PluginHost, AutocastRulesAreRecordedGoWithTheirBundleAndStayDisabled) {
     for (const auto& r : env.store->registrations("extension_cpp::mymuladd")) EXPECT_NE(r.key, "AutocastCPU");
     modes::AutocastGuard autocast(DeviceType::CPU);
     EXPECT_EQ(mymuladd(a, a, 2.0).dtype(), ScalarType::Float);
+    // 1.0.0's kernels are float32 only, as they always were.
+    const Tensor h = ops::ones({3}, ScalarType::BFloat16);
+    EXPECT_THAT(testing::errorOf([&] { mymuladd(h, h, 2.0); }), HasSubstr("a and b must be float32, got bfloat16"));
   }
 }
 

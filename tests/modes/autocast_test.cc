@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <stdexcept>
 #include <thread>
 
@@ -211,9 +212,11 @@ TEST(RegisterAutocast, LeavesWrittenArgumentsAlone) {
 namespace once {
 int calls = 0;
 ScalarType last = ScalarType::Float;
+bool autocast_inside = false;
 Tensor muladd(const Tensor& a, const Tensor& b, double c) {
   ++calls;
   last = a.dtype();
+  autocast_inside = modes::is_autocast_enabled(DeviceType::CPU);
   return ops::add(ops::mul(a, b), c);
 }
 }  // namespace once
@@ -232,6 +235,7 @@ TEST(RegisterAutocast, TheKernelBelowRunsOnceAndTheRuleComesAndGoes) {
     const Tensor r = op.call(a, b, 1.0);
     EXPECT_EQ(once::calls, 1);
     EXPECT_EQ(once::last, ScalarType::BFloat16);
+    EXPECT_FALSE(once::autocast_inside);  // the rule excluded its key: the layers below are not autocast again
     EXPECT_EQ(r.dtype(), ScalarType::BFloat16);
     EXPECT_EQ(r.to(ScalarType::Float).to_vector<float>(), (std::vector<float>{3, 5, 7, 9}));
 
@@ -345,17 +349,87 @@ TEST(RegisterAutocast, ErrorsNameTheOpAndTheReason) {
   EXPECT_EQ(op.call(f32({1})).dtype(), ScalarType::Half);  // the first is back
 }
 
+
+namespace optlist {
+std::vector<std::string> seen;
+Tensor g(const std::vector<std::optional<Tensor>>& l) {
+  seen.clear();
+  for (const auto& t : l) seen.push_back(t ? toString(t->dtype()) : "None");
+  return ones({1});
+}
+}  // namespace optlist
+
+TEST(RegisterAutocast, CastsInsideOptionalTensorLists) {
+  Library lib(Library::DEF, "actest_optlist");
+  lib.def("g(Tensor?[] l) -> Tensor");
+  lib.impl("g", &optlist::g, "cpu");
+  modes::register_autocast("actest_optlist::g", "cpu", ScalarType::Half, lib);
+  AutocastGuard on(kCpu);
+  Stack s{IValue(std::vector<std::optional<Tensor>>{f32({1}), std::nullopt, ones({1}, ScalarType::Double)})};
+  Dispatcher::singleton().findSchemaOrThrow("actest_optlist::g").callBoxed(s);
+  EXPECT_THAT(optlist::seen, ElementsAre("float16", "None", "float64"));
+}
+
+TEST(RegisterAutocast, ASecondOwnerIsRefusedNamingTheFirst) {
+  Library lib(Library::DEF, "actest_owner");
+  lib.def("f(Tensor a) -> Tensor");
+  lib.impl("f", [](const Tensor& a) { return a; }, "cpu");
+  RegistrationHandleRAII first;
+  {
+    RegistrationOwnerGuard owner("alpha@1.0.0");
+    first = modes::register_autocast("actest_owner::f", "cpu", ScalarType::Half);
+  }
+  RegistrationOwnerGuard owner("beta@2.0.0");
+  EXPECT_THAT(errorOf([] { modes::register_autocast("actest_owner::f", "cpu", ScalarType::BFloat16); }),
+              AllOf(HasSubstr("registered by 'alpha@1.0.0'"), HasSubstr("by 'beta@2.0.0'"), HasSubstr("is refused")));
+}
+
+TEST(RegisterAutocast, PrivateUse1RulesSitAtTheirOwnKey) {
+  Library lib(Library::DEF, "actest_pu1");
+  lib.def("f(Tensor a) -> Tensor");
+  lib.impl("f", [](const Tensor& a) { return a; }, "cpu");
+  modes::register_autocast("actest_pu1::f", "privateuse1", ScalarType::BFloat16, lib);
+  EXPECT_THAT(dump("actest_pu1::f"), HasSubstr("AutocastPrivateUse1"));
+  EXPECT_TRUE(is_kernel_enabled("actest_pu1::f", "autocast:privateuse1"));
+  KernelEnabledScope off("actest_pu1::f", "autocast:privateuse1", false);
+  EXPECT_FALSE(is_kernel_enabled("actest_pu1::f", "AutocastPrivateUse1"));
+  AutocastGuard on(DeviceType::PrivateUse1);
+  EXPECT_TRUE(modes::is_autocast_enabled(DeviceType::PrivateUse1));
+  EXPECT_EQ(modes::get_autocast_dtype(DeviceType::PrivateUse1), ScalarType::Half);
+}
+
 // --- Policies, on core:: ops. ----------------------------------------------------
 
-TEST(AutocastPolicies, CoreOpsHavePyTorchsPolicies) {
-  AutocastGuard g(kCpu);  // initializes the builtin rules
-  const std::string dumped = dump("core::matmul");
-  EXPECT_THAT(dumped, AllOf(HasSubstr("AutocastCPU"), HasSubstr("AutocastCUDA"), HasSubstr("owner=builtin"),
-                            HasSubstr("policy lower_precision_fp")));
-  EXPECT_THAT(dump("core::sum"), HasSubstr("policy fp32_set_opt_dtype"));
-  EXPECT_THAT(dump("core::cat"), HasSubstr("policy promote"));
-  EXPECT_THAT(dump("core::exp"), HasSubstr("policy fp32"));
-  EXPECT_FALSE(modes::core_autocast_policies().empty());
+TEST(AutocastPolicies, EveryCoreRuleIsRegisteredForCpuAndCuda) {
+  modes::initialize();
+  const auto policies = modes::core_autocast_policies();
+  ASSERT_EQ(policies.size(), 10u);
+  for (const auto& p : policies) {
+    std::map<DispatchKey, std::string> rules;
+    for (const auto& r : Dispatcher::singleton().registrations(parseOperatorName(p.op))) {
+      if (kAutocastKeys.has(r.key)) rules[r.key] = r.owner + " " + r.debug;
+    }
+    for (DispatchKey k : {DispatchKey::AutocastCPU, DispatchKey::AutocastCUDA}) {
+      ASSERT_EQ(rules.count(k), 1u) << p.op << " " << toString(k);
+      EXPECT_THAT(rules[k], AllOf(HasSubstr("builtin autocast rule, policy "),
+                                  HasSubstr(std::string("policy ") + modes::toString(p.policy) + ";")))
+          << p.op;
+    }
+  }
+  EXPECT_THAT(dump("core::matmul"), HasSubstr("policy lower_precision_fp"));
+}
+
+TEST(AutocastPolicies, AUserRuleOverridesACoreRuleAndGivesItBack) {
+  // Registered before any guard: the builtin rules are there first, so the user's
+  // rule shadows the builtin one and the layer still initializes.
+  RegistrationHandleRAII mine = modes::register_autocast_policy("core::exp", "cpu", CastPolicy::lower_precision_fp,
+                                                                /*allow_override=*/true);
+  EXPECT_THAT(errorOf([] { modes::register_autocast_policy("core::exp", "cpu", CastPolicy::fp32); }),
+              AllOf(HasSubstr("core::exp already has an autocast rule for cpu"), HasSubstr("'user'")));
+  AutocastGuard g(kCpu);
+  EXPECT_EQ(ops::exp(ones({2})).dtype(), ScalarType::BFloat16);
+  mine.reset();
+  EXPECT_EQ(ops::exp(ones({2}, ScalarType::BFloat16)).dtype(), ScalarType::Float);  // the builtin fp32 rule again
 }
 
 TEST(AutocastPolicies, LowerPrecisionFollowsTheGuardsDtype) {
@@ -452,12 +526,39 @@ TEST(AutocastCache, LowPrecisionCastsOfFloat32TensorsThatRequireGradAreCachedPer
   EXPECT_EQ(modes::autocast_cache_size(), 0u);  // the outermost guard's exit clears it
 }
 
-// --- The seeds' my_sin example: cuda float16 when a device is there, and its cpu
-// bfloat16 twin always. ---
+TEST(AutocastCache, OnlyTheScopesDtypeAndWholeTensorsAreCached) {
+  Library lib(Library::DEF, "actest_cache2");
+  lib.def("ident(Tensor a) -> Tensor");
+  lib.impl("ident", [](const Tensor& a) { return a; }, "cpu");
+  lib.def("ident16(Tensor a) -> Tensor");
+  lib.impl("ident16", [](const Tensor& a) { return a; }, "cpu");
+  modes::register_autocast_policy("actest_cache2::ident", "cpu", CastPolicy::lower_precision_fp, lib);
+  modes::register_autocast("actest_cache2::ident16", "cpu", ScalarType::Half, lib);
+  auto ident = Dispatcher::singleton().findSchemaOrThrow("actest_cache2::ident").typed<Tensor(const Tensor&)>();
+  auto ident16 = Dispatcher::singleton().findSchemaOrThrow("actest_cache2::ident16").typed<Tensor(const Tensor&)>();
+  const Tensor w = ones({2, 3});
+  w.set_requires_grad(true);
+  AutocastGuard on(kCpu);  // bfloat16
+  // A cast to another dtype than the scope's is not cached (PyTorch's rule).
+  EXPECT_EQ(ident16.call(w).dtype(), ScalarType::Half);
+  EXPECT_EQ(modes::autocast_cache_size(), 0u);
+  // Views made per call (a transpose, a slice) are not cached: they would pile up.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(ident.call(ops::t(w)).dtype(), ScalarType::BFloat16);
+    EXPECT_EQ(ident.call(ops::select(w, 0, 1)).dtype(), ScalarType::BFloat16);
+  }
+  EXPECT_EQ(modes::autocast_cache_size(), 0u);
+  ident.call(w);
+  ident.call(w);
+  EXPECT_EQ(modes::autocast_cache_size(), 1u);
+}
+
+// --- torch.library.register_autocast's my_sin example: cuda float16 when a device
+// is there, and its cpu bfloat16 twin always. ---
 
 Tensor my_sin(const Tensor& x) { return ops::sin(x); }
 
-TEST(AutocastSeeds, MySinCpuBFloat16) {
+TEST(AutocastExamples, MySinCpuBFloat16) {
   Library lib(Library::DEF, "actest_mylib");
   lib.def("my_sin(Tensor x) -> Tensor");
   lib.impl("my_sin", &my_sin, "default");
@@ -473,7 +574,7 @@ TEST(AutocastSeeds, MySinCpuBFloat16) {
   EXPECT_TRUE(ops::allclose(y.to(ScalarType::Float), ops::sin(x), 1e-2, 1e-2));
 }
 
-TEST(AutocastSeeds, MySinCudaFloat16) {
+TEST(AutocastExamples, MySinCudaFloat16) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
   Library lib(Library::DEF, "actest_mylib_cuda");
   lib.def("my_sin(Tensor x) -> Tensor");

@@ -504,13 +504,20 @@ STRATA_API std::string dump(std::string_view op);
 // and every dispatch that followed on this thread during the call.
 STRATA_API Explanation explain(const OperatorHandle& op, Stack stack);
 
-// True while a dispatch trace or an explain() observes calls (on any thread): a layer
-// checks it before it spends time describing what it does. One relaxed load.
-inline bool dispatch_observed() { return detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0; }
-// Attaches a line to the dispatch step of the kernel running on this thread: explain()
-// prints it under that step and the trace logs it. A layer's kernel says here what
-// it did and why (an autocast rule: each argument it cast, from which dtype to which).
-// Does nothing while no trace or explain() observes this thread.
+namespace detail {
+STRATA_API bool dispatchObservedOnThisThread();
+}  // namespace detail
+// True while the dispatch trace, or an explain() on this thread, observes this
+// thread's calls: a layer checks it before it spends time describing what it does.
+// One relaxed load while nothing observes any thread.
+inline bool dispatch_observed() {
+  return detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0 && detail::dispatchObservedOnThisThread();
+}
+// Attaches a note to the dispatch step of the kernel running on this thread: explain()
+// prints it under that step (each line of a multi-line note indented to the step) and
+// the trace logs it. A layer's kernel says here what it did and why (an autocast
+// rule: each argument it cast, from which dtype to which). Does nothing while no
+// trace or explain() observes this thread.
 STRATA_API void note_dispatch_step(std::string note);
 
 // Logs every dispatch step (op, key set, key, kernel, owner) to the trace sink while on.

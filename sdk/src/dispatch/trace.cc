@@ -3,6 +3,7 @@
 // Both observe calls through one slow-path hook: while anything observes, the
 // global g_dispatch_observers is non-zero and every call and redispatch reports to
 // traceEnter/traceExit; otherwise calls pay one relaxed load and a predicted branch.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -95,12 +96,33 @@ void traceExit() { --tls_depth; }
 
 }  // namespace detail
 
+// Each line of a note, indented by `indent` spaces.
+static std::string indentLines(const std::string& note, size_t indent) {
+  std::string out(indent, ' ');
+  for (char c : note) {
+    out += c;
+    if (c == '\n') out.append(indent, ' ');
+  }
+  return out;
+}
+
+bool detail::dispatchObservedOnThisThread() {
+  return tls_capture != nullptr || g_trace_on.load(std::memory_order_relaxed);
+}
+
 void note_dispatch_step(std::string note) {
   const bool tracing = g_trace_on.load(std::memory_order_relaxed);
   if (!tracing && tls_capture == nullptr) return;
   // The running kernel's step is the newest one at the depth just above this one.
   const int depth = tls_depth - 1;
-  if (tracing) emit(std::string(static_cast<size_t>(depth < 0 ? 0 : depth) * 2 + 2, ' ') + "note: " + note);
+  if (tracing) {
+    const size_t indent = static_cast<size_t>(depth < 0 ? 0 : depth) * 2 + 2;
+    for (size_t start = 0; start <= note.size();) {
+      const size_t end = std::min(note.find('\n', start), note.size());
+      emit(std::string(indent, ' ') + note.substr(start, end - start));
+      start = end + 1;
+    }
+  }
   if (tls_capture == nullptr) return;
   for (auto it = tls_capture->rbegin(); it != tls_capture->rend(); ++it) {
     if (it->depth == depth) {
@@ -176,7 +198,7 @@ std::string Explanation::str() const {
   os << "dispatch steps:\n";
   for (const auto& st : steps) {
     os << "  " << stepLine(st) << "\n";
-    for (const auto& n : st.notes) os << "  " << std::string(static_cast<size_t>(st.depth) * 2 + 2, ' ') << n << "\n";
+    for (const auto& n : st.notes) os << indentLines(n, static_cast<size_t>(st.depth) * 2 + 4) << "\n";
   }
   return os.str();
 }

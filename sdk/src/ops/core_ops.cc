@@ -231,6 +231,7 @@ Tensor exp_kernel(const Tensor& a) {
 template <typename F>
 void dispatchAcc(ScalarType acc, F f) {
   if (acc == ScalarType::Double) f.template operator()<double>();
+  else if (acc == ScalarType::Float) f.template operator()<float>();
   else f.template operator()<int64_t>();
 }
 
@@ -343,7 +344,9 @@ Tensor matmul_kernel(const Tensor& a, const Tensor& b) {
   std::vector<int64_t> ashape = batch, bshape = batch;
   ashape.insert(ashape.end(), {n, k});
   bshape.insert(bshape.end(), {k, m});
-  const ScalarType acc = isFloatingType(dt) ? ScalarType::Double : ScalarType::Long;
+  // The accumulation type of the matrix path above, so every layout gives the same bits.
+  const ScalarType acc =
+      dt == ScalarType::Double ? ScalarType::Double : (isFloatingType(dt) ? ScalarType::Float : ScalarType::Long);
   const Tensor ca = contiguousAs(detail::broadcastTo(a2, ashape), acc);
   const Tensor cb = contiguousAs(detail::broadcastTo(b2, bshape), acc);
   Tensor out = empty(full_shape, like(a, acc));
