@@ -255,6 +255,42 @@ TEST(CliCallTest, GarbageArgumentsNeverCrash) {
 
 namespace strata_e2e {
 
+// `strata serve` as a child process on a plugin dir and a store; its stdout and
+// stderr go to DIR/serve.log.
+struct ServeProcess {
+  std::string dir;
+  pid_t pid = -1;
+  ServeProcess(const std::string& dir, const std::string& plugins, const std::string& db) : dir(dir) {
+    pid = fork();
+    if (pid == 0) {
+      const std::string log = dir + "/serve.log";
+      freopen(log.c_str(), "w", stdout);
+      freopen(log.c_str(), "a", stderr);
+      execl(STRATA_CLI, STRATA_CLI, "serve", "--plugins", plugins.c_str(), "--db", db.c_str(), nullptr);
+      _exit(127);
+    }
+  }
+  std::string log() const {
+    std::ifstream f(dir + "/serve.log");
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+  // Polls the log every 50 ms, up to tries times, for text.
+  void waitFor(const std::string& text, int tries) const {
+    for (int i = 0; i < tries && log().find(text) == std::string::npos; ++i) usleep(50000);
+  }
+  // SIGTERM, then the exit status (-1 if it did not exit normally).
+  int stop() {
+    if (pid <= 0 || kill(pid, SIGTERM) != 0) return -1;
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  ~ServeProcess() {
+    if (pid > 0) stop();
+  }
+};
+
 // The admin commands' bad input: each a clear error naming the thing, with its exit code.
 TEST(AdminCommands, BadInputIsAClearErrorWithTheRightExitCode) {
   char tmpl[] = "/tmp/strata-admin-XXXXXX";
@@ -341,20 +377,10 @@ TEST(ServeEndToEnd, DisableWithWaitPickUpANewVersionAndStopOnSigterm) {
                          STRATA_PLUGIN_BUILD_DIR "/libmylib.so " + plugins).c_str()),
             0);
   const std::string opts = " --plugins " + plugins + " --db " + db;
-  const pid_t serve = fork();
-  ASSERT_GE(serve, 0);
-  if (serve == 0) {
-    const std::string log = dir + "/serve.log";
-    freopen(log.c_str(), "w", stdout);
-    freopen(log.c_str(), "a", stderr);
-    execl(STRATA_CLI, STRATA_CLI, "serve", "--plugins", plugins.c_str(), "--db", db.c_str(), nullptr);
-    _exit(127);
-  }
-  auto serveLog = [&] {
-    std::ifstream f(dir + "/serve.log");
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
-  for (int i = 0; i < 100 && serveLog().find("ready.") == std::string::npos; ++i) usleep(50000);
+  ServeProcess serve(dir, plugins, db);
+  ASSERT_GT(serve.pid, 0);
+  auto serveLog = [&] { return serve.log(); };
+  serve.waitFor("ready.", 100);
   ASSERT_THAT(serveLog(), ::testing::HasSubstr("loaded     muladd@1.0.0"));
 
   Result r = run("call extension_cpp::mymuladd 'ones(3)' 'ones(3)' 2.0" + opts);
@@ -364,20 +390,17 @@ TEST(ServeEndToEnd, DisableWithWaitPickUpANewVersionAndStopOnSigterm) {
   r = run("kernel disable extension_cpp::mymuladd cpu --reason e2e --actor tester --wait 5" + opts.substr(opts.find(" --db")));
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, ::testing::HasSubstr("applied by every live host"));
-  for (int i = 0; i < 40 && serveLog().find("applied store changes up to 1") == std::string::npos; ++i) usleep(50000);
+  serve.waitFor("applied store changes up to 1", 40);
   EXPECT_THAT(serveLog(), ::testing::HasSubstr("applied store changes up to 1"));
   r = run("call extension_cpp::mymuladd 'ones(3)' 'ones(3)' 2.0" + opts);
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, ::testing::HasSubstr("extension_cpp::mymuladd: no kernel"));
 
   ASSERT_EQ(std::system(("cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_1_0.so " + plugins).c_str()), 0);
-  for (int i = 0; i < 60 && serveLog().find("loaded muladd@1.1.0") == std::string::npos; ++i) usleep(50000);
+  serve.waitFor("loaded muladd@1.1.0", 60);
   EXPECT_THAT(serveLog(), ::testing::HasSubstr("loaded muladd@1.1.0"));
 
-  ASSERT_EQ(kill(serve, SIGTERM), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(serve, &status, 0), serve);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << serveLog();
+  EXPECT_EQ(serve.stop(), 0) << serveLog();
 
   r = run("audit --op extension_cpp::mymuladd --db " + db);
   EXPECT_THAT(r.out, ::testing::HasSubstr("tester"));
@@ -454,20 +477,10 @@ TEST(ServeEndToEnd, AnAdminSwitchesAnAutocastRuleOffLive) {
                             .c_str()),
             0);
   const std::string opts = " --plugins " + plugins + " --db " + db;
-  const pid_t serve = fork();
-  ASSERT_GE(serve, 0);
-  if (serve == 0) {
-    const std::string log = dir + "/serve.log";
-    freopen(log.c_str(), "w", stdout);
-    freopen(log.c_str(), "a", stderr);
-    execl(STRATA_CLI, STRATA_CLI, "serve", "--plugins", plugins.c_str(), "--db", db.c_str(), nullptr);
-    _exit(127);
-  }
-  auto serveLog = [&] {
-    std::ifstream f(dir + "/serve.log");
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
-  for (int i = 0; i < 100 && serveLog().find("ready.") == std::string::npos; ++i) usleep(50000);
+  ServeProcess serve(dir, plugins, db);
+  ASSERT_GT(serve.pid, 0);
+  auto serveLog = [&] { return serve.log(); };
+  serve.waitFor("ready.", 100);
   ASSERT_THAT(serveLog(), HasSubstr("loaded     muladd@1.1.0"));
 
   const std::string call = "call extension_cpp::mymuladd 'ones(3)' 'ones(3)' 2.0 --autocast cpu:bf16";
@@ -493,10 +506,7 @@ TEST(ServeEndToEnd, AnAdminSwitchesAnAutocastRuleOffLive) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(run(call + opts).out, HasSubstr("dtype=bfloat16"));
 
-  ASSERT_EQ(kill(serve, SIGTERM), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(serve, &status, 0), serve);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << serveLog();
+  EXPECT_EQ(serve.stop(), 0) << serveLog();
   std::system(("rm -rf " + dir).c_str());
 }
 
