@@ -10,13 +10,12 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-// x86-64: each loop is also built for x86-64-v3 (AVX2, 32-byte vectors), picked at
-// load time by the CPU (ifunc); float16 uses the F16C instructions where the CPU has
-// them (IEEE round to nearest even, subnormals and NaNs as below, in hardware).
-#define STRATA_CAST_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#define STRATA_HAVE_F16C_PATH 1
-#else
-#define STRATA_CAST_CLONES
+// x86-64: the bfloat16 loops are also built for AVX2 (32-byte vectors), and float16
+// uses the F16C instructions (IEEE round to nearest even, subnormals and NaNs as
+// below, in hardware), where the CPU has them. The choice is made once, at load time,
+// by a flag: not by ifunc (target_clones), whose resolvers run during relocation,
+// before a sanitizer's runtime is ready, and crash TSan builds.
+#define STRATA_CAST_X86 1
 #endif
 
 namespace strata::detail {
@@ -62,18 +61,42 @@ inline float floatOfHalf(uint16_t h) {
   return std::bit_cast<float>(r);
 }
 
-STRATA_CAST_CLONES void floatToHalfLoop(const float* src, uint16_t* dst, int64_t n) {
+// The portable loops.
+void floatToHalfLoop(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = halfOf(src[i]);
 }
-STRATA_CAST_CLONES void halfToFloatLoop(const uint16_t* src, float* dst, int64_t n) {
+void halfToFloatLoop(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = floatOfHalf(src[i]);
 }
+void floatToBFloat16Loop(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16Of(src[i]);
+}
+void bfloat16ToFloatLoop(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = detail::bfloat16BitsToFloat(src[i]);  // branch-free already
+}
 
-#ifdef STRATA_HAVE_F16C_PATH
-// STRATA_NO_F16C=1 takes the portable loops (the tests run both paths).
-const bool kHaveF16C = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c") &&
-                       std::getenv("STRATA_NO_F16C") == nullptr;
+#ifdef STRATA_CAST_X86
+// What the CPU offers, read once. STRATA_PORTABLE_CASTS=1 takes the portable loops
+// instead (the tests run both).
+struct CpuFeatures {
+  bool avx2 = false;
+  bool f16c = false;
+};
+const CpuFeatures kCpu = [] {
+  CpuFeatures f;
+  if (std::getenv("STRATA_PORTABLE_CASTS") != nullptr) return f;
+  __builtin_cpu_init();
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  return f;
+}();
 
+__attribute__((target("avx2"))) void floatToBFloat16Avx2(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16Of(src[i]);
+}
+__attribute__((target("avx2"))) void bfloat16ToFloatAvx2(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = detail::bfloat16BitsToFloat(src[i]);
+}
 __attribute__((target("avx,f16c"))) void floatToHalfF16C(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -94,25 +117,31 @@ __attribute__((target("avx,f16c"))) void halfToFloatF16C(const uint16_t* src, fl
 }  // namespace
 
 void castFloatToHalf(const float* src, uint16_t* dst, int64_t n) {
-#ifdef STRATA_HAVE_F16C_PATH
-  if (kHaveF16C) return floatToHalfF16C(src, dst, n);
+#ifdef STRATA_CAST_X86
+  if (kCpu.f16c) return floatToHalfF16C(src, dst, n);
 #endif
   floatToHalfLoop(src, dst, n);
 }
 
 void castHalfToFloat(const uint16_t* src, float* dst, int64_t n) {
-#ifdef STRATA_HAVE_F16C_PATH
-  if (kHaveF16C) return halfToFloatF16C(src, dst, n);
+#ifdef STRATA_CAST_X86
+  if (kCpu.f16c) return halfToFloatF16C(src, dst, n);
 #endif
   halfToFloatLoop(src, dst, n);
 }
 
-STRATA_CAST_CLONES void castFloatToBFloat16(const float* src, uint16_t* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16Of(src[i]);
+void castFloatToBFloat16(const float* src, uint16_t* dst, int64_t n) {
+#ifdef STRATA_CAST_X86
+  if (kCpu.avx2) return floatToBFloat16Avx2(src, dst, n);
+#endif
+  floatToBFloat16Loop(src, dst, n);
 }
 
-STRATA_CAST_CLONES void castBFloat16ToFloat(const uint16_t* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = detail::bfloat16BitsToFloat(src[i]);  // branch-free already
+void castBFloat16ToFloat(const uint16_t* src, float* dst, int64_t n) {
+#ifdef STRATA_CAST_X86
+  if (kCpu.avx2) return bfloat16ToFloatAvx2(src, dst, n);
+#endif
+  bfloat16ToFloatLoop(src, dst, n);
 }
 
 }  // namespace strata::detail
