@@ -93,10 +93,10 @@ Verdict judge(const Rule& r, const Tensor& t, bool written, ScalarType to) {
   return t.dtype() == to ? Verdict::Same : Verdict::Cast;
 }
 
-// Eligible for any cast: what the policies look at when they choose a dtype.
+// Eligible for any cast: what the policies look at when they choose a dtype. (judge
+// says Same for an eligible tensor asked to stay in its own dtype.)
 bool eligible(const Rule& r, const Tensor& t, bool written) {
-  return t.defined() && !written && isFloatingType(t.dtype()) && t.dtype() != ScalarType::Double &&
-         t.device().type == r.device;
+  return t.defined() && judge(r, t, written, t.dtype()) == Verdict::Same;
 }
 
 std::string describe(const Rule& r, Verdict v, const std::string& name, const Tensor& t, ScalarType to) {
