@@ -20,6 +20,11 @@ GlobalSink& globalSink() {
   return *g;
 }
 
+GlobalSink& warningSink() {
+  static GlobalSink* g = new GlobalSink();  // leaked, as globalSink
+  return *g;
+}
+
 std::string describeStack(const Stack& s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + describeValue(s[i]);
@@ -71,6 +76,23 @@ void set_log_sink(LogSink sink) {
   GlobalSink& g = globalSink();
   std::lock_guard<std::mutex> lock(g.mu);
   g.sink = std::move(sink);
+}
+
+void set_warning_sink(LogSink sink) {
+  GlobalSink& g = warningSink();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.sink = std::move(sink);
+}
+
+void warn(std::string_view message) {
+  LogSink sink;
+  {
+    GlobalSink& g = warningSink();
+    std::lock_guard<std::mutex> lock(g.mu);
+    sink = g.sink;
+  }
+  if (sink) sink(message);
+  else std::fprintf(stderr, "strata: warning: %.*s\n", static_cast<int>(message.size()), message.data());
 }
 
 LogMode::LogMode(std::ostream& os)

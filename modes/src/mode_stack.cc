@@ -12,6 +12,7 @@
 #include "strata/modes/log_mode.h"
 #include "strata/modes/trace_mode.h"
 #include "registered_at.h"
+#include "vmap_internal.h"
 
 namespace strata::modes {
 
@@ -160,6 +161,8 @@ struct Runtime {
   RegistrationHandleRAII fallback;
   std::vector<RegistrationHandleRAII> builtin_types;
   std::vector<RegistrationHandleRAII> autocast_rules;
+  RegistrationHandleRAII vmap_fallback;
+  std::vector<RegistrationHandleRAII> batching_rules;
   Runtime() {
     RegistrationOwnerGuard owner("builtin");
     const auto here = std::source_location::current();
@@ -176,6 +179,8 @@ struct Runtime {
         "passthrough", "calls the op below and returns", [] { return std::make_shared<PassthroughMode>(); },
         where(here)));
     detail::registerCoreAutocastRules(autocast_rules);
+    vmap_fallback = detail::registerVmapFallback();
+    detail::registerCoreBatchingRules(batching_rules);
   }
 };
 

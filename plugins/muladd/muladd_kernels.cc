@@ -5,7 +5,9 @@
 // them to): the float32 kernels below, or the core ops for the 16-bit dtypes.
 #include "muladd.h"
 
+#include <strata/dispatcher.h>
 #include <strata/modes/autocast.h>
+#include <strata/modes/vmap.h>
 #include <strata/ops.h>
 #include <strata/tensor.h>
 
@@ -194,6 +196,24 @@ void registerMulAdd(strata::BundleRegistrar& r, bool with_mysub) {
     strata::modes::register_autocast_policy("extension_cpp::mymuladd", "cpu",
                                             strata::modes::CastPolicy::lower_precision_fp, m);
     strata::modes::register_autocast("extension_cpp::mymuladd", "cuda", strata::ScalarType::Half, m);
+
+    // 1.1.0: a batching rule for mymuladd (torch.library.register_vmap), so
+    // vmap(mymuladd) is one call over the whole batch: both batch dims to the front
+    // (an unmapped argument expanded to the batch, a view), one mymuladd of [B, ...].
+    // 1.0.0 has none, and vmap runs its for-loop fallback. `strata kernel disable
+    // extension_cpp::mymuladd batched` switches this rule off.
+    const auto op = strata::Dispatcher::singleton()
+                        .findSchemaOrThrow("extension_cpp::mymuladd")
+                        .typed<Tensor(const Tensor&, const Tensor&, double)>();
+    strata::modes::register_vmap(
+        "extension_cpp::mymuladd",
+        [op](const strata::modes::VmapInfo& info, const strata::modes::InDims& in_dims,
+             strata::Stack& args) -> strata::modes::VmapResult {
+          const Tensor a = strata::modes::move_bdim_to_front(args[0].toTensor(), in_dims[0], info.batch_size);
+          const Tensor b = strata::modes::move_bdim_to_front(args[1].toTensor(), in_dims[1], info.batch_size);
+          return {{op.call(a, b, args[2].toDouble())}, {0}};
+        },
+        m);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "strata/ops.h"
 #include "tensor_internal.h"
 
 namespace strata {
@@ -102,11 +103,38 @@ TensorImpl::TensorImpl(Storage storage, ScalarType dtype, std::vector<int64_t> s
   key_set_ = computeKeySet(storage_->device(), false);
 }
 
+TensorImpl::TensorImpl(Storage storage, ScalarType dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                       int64_t storage_offset, DispatchKeySet layer_keys, intrusive_ptr<TensorWrapper> wrapper)
+    : storage_(std::move(storage)),
+      wrapper_(std::move(wrapper)),
+      sizes_(std::move(sizes)),
+      strides_(std::move(strides)),
+      storage_offset_(storage_offset),
+      dtype_(dtype),
+      layer_keys_(layer_keys) {
+  // No bounds check: a wrapper reaches no data through its storage (Note [Wrapper
+  // tensors]); its sizes are the logical ones, which a batch of 0 leaves unbacked.
+  STRATA_INTERNAL_ASSERT(storage_ && wrapper_, "a wrapper tensor needs a storage and its TensorWrapper");
+  STRATA_INTERNAL_ASSERT(sizes_.size() == strides_.size(), "a wrapper's sizes and strides differ in length");
+  numel_ = 1;
+  for (int64_t s : sizes_) numel_ *= s;
+  is_contiguous_ = computeContiguous(sizes_, strides_);
+  key_set_ = computeKeySet(storage_->device(), false) | layer_keys;
+}
+
+TensorWrapper::~TensorWrapper() = default;
+
 void TensorImpl::set_requires_grad(bool r) {
   STRATA_CHECK(!r || isFloatingType(dtype_), Type,
                "only tensors of floating point dtype can require gradients, got ", toString(dtype_));
   requires_grad_ = r;
-  key_set_ = computeKeySet(storage_->device(), r);
+  key_set_ = computeKeySet(storage_->device(), r) | layer_keys_;
+}
+
+void Tensor::throwWrapper(const char* method) const {
+  STRATA_FAIL(Value, method, " needs a tensor's data, and ", wrapper()->what(),
+              " has none of its own (Note [Wrapper tensors]): call the core:: op (strata/ops.h), which its layer "
+              "handles");
 }
 
 void Tensor::throwUndefined() {
@@ -131,6 +159,7 @@ const Tensor& Tensor::set_requires_grad(bool r) const {
 
 void* Tensor::data_ptr() const {
   const TensorImpl& t = impl();
+  if (__builtin_expect(t.wrapper() != nullptr, 0)) throwWrapper("data_ptr()");
   STRATA_CHECK(!t.device().is_meta(), Device,
                "cannot access the data of a tensor on the meta device: meta tensors carry "
                "sizes and dtype only (sizes ", detail::shapeStr(t.sizes()), ", dtype ",
@@ -143,6 +172,7 @@ void* Tensor::data_ptr() const {
 // --- Views -------------------------------------------------------------------
 
 Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<int64_t> offset) const {
+  if (__builtin_expect(wrapper() != nullptr, 0)) throwWrapper("as_strided()");
   auto impl = make_intrusive<TensorImpl>(storage(), dtype(), std::vector<int64_t>(sizes.begin(), sizes.end()),
                                          std::vector<int64_t>(strides.begin(), strides.end()),
                                          offset.value_or(storage_offset()));
@@ -177,6 +207,7 @@ std::vector<int64_t> inferSize(IntArrayRef sizes, int64_t numel) {
 }  // namespace
 
 Tensor Tensor::view(IntArrayRef sizes) const {
+  if (__builtin_expect(wrapper() != nullptr, 0)) return ops::view(*this, {sizes.begin(), sizes.end()});
   std::vector<int64_t> shape = inferSize(sizes, numel());
   STRATA_CHECK(is_contiguous(), Value, "view size ", detail::shapeStr(shape),
                " is not compatible with a non-contiguous tensor of sizes ", detail::shapeStr(this->sizes()),
@@ -186,10 +217,12 @@ Tensor Tensor::view(IntArrayRef sizes) const {
 }
 
 Tensor Tensor::reshape(IntArrayRef sizes) const {
+  if (__builtin_expect(wrapper() != nullptr, 0)) return ops::reshape(*this, {sizes.begin(), sizes.end()});
   return is_contiguous() ? view(sizes) : contiguous().view(sizes);
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  if (__builtin_expect(wrapper() != nullptr, 0)) return ops::transpose(*this, dim0, dim1);
   std::vector<int64_t> perm(static_cast<size_t>(dim()));
   std::iota(perm.begin(), perm.end(), 0);
   if (dim() == 0) return *this;
@@ -198,6 +231,7 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 }
 
 Tensor Tensor::permute(IntArrayRef dims) const {
+  if (__builtin_expect(wrapper() != nullptr, 0)) throwWrapper("permute()");
   STRATA_CHECK(static_cast<int64_t>(dims.size()) == dim(), Value, "permute(", detail::shapeStr(dims),
                "): the number of dims does not match the tensor's ", dim());
   std::vector<int64_t> sizes(dims.size()), strides(dims.size());
@@ -220,6 +254,10 @@ Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) cons
   auto clamp = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
   start = clamp(start);
   end = std::max(clamp(end), start);
+  if (__builtin_expect(wrapper() != nullptr, 0)) {
+    if (step != 1) throwWrapper("slice() with a step");
+    return ops::narrow(*this, d, start, end - start);
+  }
   std::vector<int64_t> sizes(this->sizes().begin(), this->sizes().end());
   std::vector<int64_t> strides(this->strides().begin(), this->strides().end());
   sizes[d] = (end - start + step - 1) / step;
@@ -229,6 +267,7 @@ Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) cons
 }
 
 Tensor Tensor::select(int64_t dim, int64_t index) const {
+  if (__builtin_expect(wrapper() != nullptr, 0)) return ops::select(*this, dim, index);
   STRATA_CHECK(this->dim() > 0, Index, "select() cannot be applied to a 0-d tensor");
   const int64_t d = detail::wrapDim(dim, this->dim());
   const int64_t n = sizes()[d];
@@ -243,6 +282,7 @@ Tensor Tensor::select(int64_t dim, int64_t index) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t dim) const {
+  if (__builtin_expect(wrapper() != nullptr, 0)) return ops::unsqueeze(*this, dim);
   const int64_t d = detail::wrapDim(dim, this->dim() + 1);
   std::vector<int64_t> sizes(this->sizes().begin(), this->sizes().end());
   std::vector<int64_t> strides(this->strides().begin(), this->strides().end());

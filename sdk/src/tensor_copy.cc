@@ -7,6 +7,7 @@
 #include "cast_kernels.h"
 #include "cuda/cuda_backend.h"
 #include "strata/tensor.h"
+#include "strata/ops.h"
 #include "tensor_internal.h"
 
 namespace strata {
@@ -99,6 +100,11 @@ bool sameDevice(Device have, Device want) {
 
 const Tensor& Tensor::copy_(const Tensor& src) const {
   STRATA_CHECK(defined() && src.defined(), Value, "copy_: both tensors must be defined");
+  if (__builtin_expect(wrapper() != nullptr || src.wrapper() != nullptr, 0)) {
+    Tensor self = *this;
+    ops::copy_(self, src);
+    return *this;
+  }
   STRATA_CHECK(std::equal(sizes().begin(), sizes().end(), src.sizes().begin(), src.sizes().end()), Value,
                "copy_: destination sizes ", detail::shapeStr(sizes()), " differ from source sizes ",
                detail::shapeStr(src.sizes()));
@@ -128,6 +134,7 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
 }
 
 const Tensor& Tensor::fill_(const Scalar& value) const {
+  if (__builtin_expect(wrapper() != nullptr, 0)) throwWrapper("fill_()");
   if (is_meta() || numel() == 0) return *this;
   if (is_cuda() && is_contiguous()) {
     STRATA_DISPATCH_ALL_TYPES(dtype(), "fill_", [&] {
@@ -152,10 +159,12 @@ const Tensor& Tensor::fill_(const Scalar& value) const {
 }
 
 Tensor Tensor::contiguous() const {
+  if (__builtin_expect(wrapper() != nullptr, 0)) return ops::contiguous(*this);
   return is_contiguous() ? *this : clone();
 }
 
 Tensor Tensor::clone() const {
+  if (__builtin_expect(wrapper() != nullptr, 0)) return ops::clone(*this);
   Tensor out = empty(sizes(), TensorOptions(dtype()).with_device(device()));
   out.copy_(*this);
   if (requires_grad()) out.set_requires_grad(true);
@@ -163,6 +172,10 @@ Tensor Tensor::clone() const {
 }
 
 Tensor Tensor::to(Device device, ScalarType dtype) const {
+  if (__builtin_expect(wrapper() != nullptr, 0)) {
+    if (!sameDevice(this->device(), device)) throwWrapper("to(Device)");
+    return ops::to(*this, dtype);
+  }
   if (sameDevice(this->device(), device) && dtype == this->dtype()) return *this;
   Tensor out = empty(sizes(), TensorOptions(dtype).with_device(device));
   out.copy_(*this);
@@ -173,6 +186,7 @@ Tensor Tensor::to(Device device) const { return to(device, dtype()); }
 Tensor Tensor::to(ScalarType dtype) const { return to(device(), dtype); }
 
 Scalar Tensor::item() const {
+  if (__builtin_expect(wrapper() != nullptr, 0)) throwWrapper("item()");
   STRATA_CHECK(numel() == 1, Value, "item(): a tensor with ", numel(),
                " elements cannot be converted to a Scalar");
   const Tensor host = to(kCPU);
@@ -185,6 +199,8 @@ Scalar Tensor::item() const {
 }
 
 bool Tensor::equal(const Tensor& other) const {
+  if (__builtin_expect(wrapper() != nullptr, 0)) throwWrapper("equal()");
+  if (__builtin_expect(other.wrapper() != nullptr, 0)) other.throwWrapper("equal()");
   if (!std::equal(sizes().begin(), sizes().end(), other.sizes().begin(), other.sizes().end()) ||
       dtype() != other.dtype()) {
     return false;

@@ -55,6 +55,7 @@ void printDim(std::ostringstream& os, const Tensor& t, const T* values, int64_t 
 
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
+  if (wrapper() != nullptr) return wrapper()->str();
   std::ostringstream os;
   std::string suffix;
   if (dtype() != ScalarType::Float && dtype() != ScalarType::Long && dtype() != ScalarType::Bool) {

@@ -37,6 +37,15 @@ STRATA_API Tensor arange(const Scalar& start, const Scalar& end, const Scalar& s
 STRATA_API Tensor empty_like(const Tensor& self, std::optional<ScalarType> dtype = std::nullopt,
                              std::optional<Device> device = std::nullopt);
 
+// Random (core::rand, rand_like): uniform on [0, 1), floating dtypes only, from the
+// process's default generator, which manual_seed reseeds (torch.manual_seed). Under
+// vmap, `randomness` decides whether batch elements share the values.
+STRATA_API Tensor rand(const std::vector<int64_t>& size, std::optional<ScalarType> dtype = std::nullopt,
+                       std::optional<Device> device = std::nullopt);
+STRATA_API Tensor rand_like(const Tensor& self, std::optional<ScalarType> dtype = std::nullopt,
+                            std::optional<Device> device = std::nullopt);
+STRATA_API void manual_seed(uint64_t seed);
+
 // Copies and casts.
 STRATA_API Tensor clone(const Tensor& self);
 STRATA_API Tensor& copy_(Tensor& self, const Tensor& src, bool non_blocking = false);
@@ -71,6 +80,8 @@ STRATA_API Tensor unsqueeze(const Tensor& self, int64_t dim);
 STRATA_API Tensor squeeze(const Tensor& self);
 STRATA_API Tensor squeeze(const Tensor& self, int64_t dim);
 STRATA_API Tensor select(const Tensor& self, int64_t dim, int64_t index);
+// length elements of dim from start: a view (torch.narrow).
+STRATA_API Tensor narrow(const Tensor& self, int64_t dim, int64_t start, int64_t length);
 STRATA_API Tensor expand(const Tensor& self, const std::vector<int64_t>& size, bool implicit = false);
 STRATA_API Tensor reshape(const Tensor& self, const std::vector<int64_t>& shape);
 STRATA_API Tensor view(const Tensor& self, const std::vector<int64_t>& size);

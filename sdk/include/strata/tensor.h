@@ -7,7 +7,8 @@
 // is undefined: every accessor but defined() throws on it.
 //
 // Each tensor carries its dispatch key set: the backend key of its device, plus
-// the matching autograd key when it requires grad. See Note [Dispatch key order].
+// the matching autograd key when it requires grad, plus a layer's key for a wrapper
+// tensor (Note [Wrapper tensors]). See Note [Dispatch key order].
 //
 // Thread safety: handles may be copied and destroyed from any thread; reading a
 // tensor's metadata concurrently is safe; writing one tensor's data or metadata
@@ -38,12 +39,40 @@ template <typename T>
 using ArrayRef = std::span<const T>;
 using IntArrayRef = ArrayRef<int64_t>;
 
+class Tensor;
+
+// Note [Wrapper tensors]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A layer may make a tensor that stands for another one: vmap's batched tensor is a
+// value with a batch dim and a level, seen from inside the vmap as the value without
+// its batch dim. Such a *wrapper* is a TensorImpl with the logical sizes, strides and
+// dtype, the value's storage (so is_alias_of holds), a TensorWrapper that holds
+// what the layer needs, and the layer's key in its key set, so every op that takes
+// it reaches the layer first (vmap's Batched key is the highest of all).
+// A wrapper has no data of its own. Tensor's data methods (data_ptr, item, fill_,
+// equal, to_vector, permute, slice with a step, as_strided, to(Device)) throw
+// Error(Value) naming the method and the wrapper; the methods that have a core::
+// op (transpose, select, unsqueeze, reshape, view, slice, contiguous, clone,
+// to(dtype), copy_) call it, so the layer sees them as it sees any op. Plain
+// tensors pay one predictable branch in those methods and nothing elsewhere.
+class STRATA_API TensorWrapper : public intrusive_ptr_target {
+ public:
+  ~TensorWrapper() override;
+  // What the wrapper is, for messages: "a batched tensor (vmap level 3)".
+  virtual std::string what() const = 0;
+  // Its printed form: "BatchedTensor(lvl=3, bdim=0, value=tensor([...]))".
+  virtual std::string str() const = 0;
+};
+
 class STRATA_API TensorImpl final : public intrusive_ptr_target {
  public:
   // REQUIRES: sizes.size() == strides.size(); every size >= 0; the elements the
   // sizes and strides reach lie inside storage (checked; throws strata::Error).
   TensorImpl(Storage storage, ScalarType dtype, std::vector<int64_t> sizes,
              std::vector<int64_t> strides, int64_t storage_offset);
+  // A wrapper tensor (Note [Wrapper tensors]): layer_keys join the key set.
+  TensorImpl(Storage storage, ScalarType dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+             int64_t storage_offset, DispatchKeySet layer_keys, intrusive_ptr<TensorWrapper> wrapper);
 
   IntArrayRef sizes() const { return sizes_; }
   IntArrayRef strides() const { return strides_; }
@@ -56,11 +85,14 @@ class STRATA_API TensorImpl final : public intrusive_ptr_target {
   DispatchKeySet key_set() const { return key_set_; }
   bool requires_grad() const { return requires_grad_; }
   bool is_contiguous() const { return is_contiguous_; }
+  // The layer's data of a wrapper tensor; null for a plain tensor.
+  TensorWrapper* wrapper() const { return wrapper_.get(); }
 
   void set_requires_grad(bool r);
 
  private:
   Storage storage_;
+  intrusive_ptr<TensorWrapper> wrapper_;
   std::vector<int64_t> sizes_;
   std::vector<int64_t> strides_;
   int64_t storage_offset_;
@@ -68,8 +100,10 @@ class STRATA_API TensorImpl final : public intrusive_ptr_target {
   ScalarType dtype_;
   bool requires_grad_ = false;
   bool is_contiguous_;
-  // Invariant: key_set_ == {backendKey(device())} | (requires_grad_ ? {autogradKey} : {}).
+  // Invariant: key_set_ == {backendKey(device())} | (requires_grad_ ? {autogradKey} : {})
+  // | layer_keys_.
   DispatchKeySet key_set_;
+  DispatchKeySet layer_keys_;
 };
 
 struct TensorOptions {
@@ -114,6 +148,8 @@ class STRATA_API Tensor {
   bool is_meta() const { return device().is_meta(); }
   bool is_contiguous() const { return impl().is_contiguous(); }
   DispatchKeySet key_set() const { return impl().key_set(); }
+  // Note [Wrapper tensors]. Null for a plain tensor.
+  TensorWrapper* wrapper() const { return impl().wrapper(); }
   bool requires_grad() const { return impl().requires_grad(); }
   // Sets requires_grad and with it the autograd key; only floating dtypes may
   // require grad (Error(Type) otherwise). Returns *this.
@@ -194,6 +230,7 @@ class STRATA_API Tensor {
     return *impl_;
   }
   [[noreturn]] static void throwUndefined();
+  [[noreturn]] void throwWrapper(const char* method) const;
   intrusive_ptr<TensorImpl> impl_;
 };
 

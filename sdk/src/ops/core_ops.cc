@@ -8,7 +8,9 @@
 // argument to dispatch on and take their device from an argument).
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <numeric>
+#include <random>
 
 #include "cuda/core_cuda.h"
 #include "ops/core_rules.h"
@@ -407,6 +409,17 @@ Tensor squeeze_dim_kernel(const Tensor& a, int64_t dim) {
   return squeezeDims(a, drop);
 }
 Tensor select_kernel(const Tensor& a, int64_t dim, int64_t index) { return a.select(dim, index); }
+Tensor narrow_kernel(const Tensor& a, int64_t dim, int64_t start, int64_t length) {
+  STRATA_CHECK(a.dim() > 0, Index, "core::narrow: narrow() cannot be applied to a 0-dim tensor");
+  const int64_t d = wrapDim(dim, a.dim());
+  const int64_t n = a.sizes()[d];
+  STRATA_CHECK(start >= -n && start <= n, Index, "core::narrow: start (", start, ") is out of bounds for dimension ",
+               d, " of size ", n);
+  if (start < 0) start += n;
+  STRATA_CHECK(length >= 0 && start + length <= n, Value, "core::narrow: start (", start, ") + length (", length,
+               ") exceeds dimension size (", n, ")");
+  return a.slice(d, start, start + length);
+}
 Tensor expand_kernel(const Tensor& a, const std::vector<int64_t>& size, bool /*implicit*/) {
   STRATA_CHECK(size.size() >= static_cast<size_t>(a.dim()), Value, "core::expand: the number of sizes provided (",
                size.size(), ") must be greater or equal to the number of dimensions in the tensor (", a.dim(), ")");
@@ -556,6 +569,48 @@ Tensor arange_kernel(const Scalar& end, std::optional<ScalarType> dtype, std::op
   return arange_start_kernel(Scalar(int64_t{0}), end, Scalar(int64_t{1}), dtype, device);
 }
 
+// The default generator (torch.default_generator): one per process, seeded with
+// 67280421310721 as PyTorch's CPU generator is; a lock, as PyTorch's, for threads.
+struct Generator {
+  std::mutex mutex;
+  std::mt19937_64 engine{67280421310721ULL};
+};
+Generator& defaultGenerator() {
+  static Generator* g = new Generator();  // leaked: ops may run in static destructors
+  return *g;
+}
+
+// Uniform [0, 1): as many random mantissa bits as the dtype holds, so no value
+// rounds up to 1.
+Tensor rand_kernel(const std::vector<int64_t>& size, std::optional<ScalarType> dtype, std::optional<Device> device) {
+  const TensorOptions opts = factoryOptions(dtype, device, ScalarType::Float);
+  STRATA_CHECK(isFloatingType(opts.dtype), Type, "core::rand: \"check_uniform_bounds\" is implemented for floating "
+               "dtypes only, got ", toString(opts.dtype));
+  Tensor host = empty(IntArrayRef(size.data(), size.size()), TensorOptions(opts.dtype));
+  if (opts.device.is_meta()) return empty(IntArrayRef(size.data(), size.size()), opts);
+  const int bits = opts.dtype == ScalarType::Double   ? 53
+                   : opts.dtype == ScalarType::Float  ? 24
+                   : opts.dtype == ScalarType::Half   ? 11
+                                                      : 8;
+  const double scale = std::ldexp(1.0, -bits);
+  {
+    Generator& g = defaultGenerator();
+    std::lock_guard<std::mutex> lock(g.mutex);
+    STRATA_DISPATCH_ALL_TYPES(opts.dtype, "core::rand", [&] {
+      auto* p = host.data_ptr<scalar_t>();
+      for (int64_t i = 0; i < host.numel(); ++i) {
+        const double u = static_cast<double>(g.engine() >> (64 - bits)) * scale;
+        p[i] = static_cast<scalar_t>(u);
+      }
+    });
+  }
+  return opts.device.is_cpu() ? host : host.to(opts.device);
+}
+Tensor rand_like_kernel(const Tensor& a, std::optional<ScalarType> dtype, std::optional<Device> device) {
+  return rand_kernel(std::vector<int64_t>(a.sizes().begin(), a.sizes().end()), dtype.value_or(a.dtype()),
+                     device.value_or(a.device()));
+}
+
 // Registers f at each backend this build serves (views: metadata only).
 template <typename F>
 void implBackends(Library& m, const char* name, F f) {
@@ -604,11 +659,14 @@ void registerCoreLibrary(Library& m) {
   m.def("squeeze(Tensor(a) self) -> Tensor(a)");
   m.def("squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)");
   m.def("select.int(Tensor(a) self, int dim, int index) -> Tensor(a)");
+  m.def("narrow(Tensor(a) self, int dim, int start, int length) -> Tensor(a)");
   m.def("expand(Tensor(a) self, int[] size, *, bool implicit=False) -> Tensor(a)");
   m.def("reshape(Tensor(a) self, int[] shape) -> Tensor(a)");
   m.def("view(Tensor(a) self, int[] size) -> Tensor(a)");
   m.def("stack(Tensor[] tensors, int dim=0) -> Tensor");
   m.def("cat(Tensor[] tensors, int dim=0) -> Tensor");
+  m.def("rand(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("rand_like(Tensor self, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
   m.def("allclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> bool");
 
   // Factories: no tensor argument to dispatch on.
@@ -618,6 +676,8 @@ void registerCoreLibrary(Library& m) {
   m.impl("full", &full_kernel, DispatchKey::CompositeExplicitAutograd);
   m.impl("arange", &arange_kernel, DispatchKey::CompositeExplicitAutograd);
   m.impl("arange.start", &arange_start_kernel, DispatchKey::CompositeExplicitAutograd);
+  m.impl("rand", &rand_kernel, DispatchKey::CompositeExplicitAutograd);
+  m.impl("rand_like", &rand_like_kernel, DispatchKey::CompositeExplicitAutograd);
 
   // Device-generic: metadata, or Tensor methods that handle every device.
   implBackends(m, "empty_like", &empty_like_kernel);
@@ -633,6 +693,7 @@ void registerCoreLibrary(Library& m) {
   implBackends(m, "squeeze", &squeeze_kernel);
   implBackends(m, "squeeze.dim", &squeeze_dim_kernel);
   implBackends(m, "select.int", &select_kernel);
+  implBackends(m, "narrow", &narrow_kernel);
   implBackends(m, "expand", &expand_kernel);
   implBackends(m, "reshape", &reshape_kernel);
   implBackends(m, "view", &view_kernel);
@@ -768,6 +829,20 @@ Tensor ops::squeeze(const Tensor& a, int64_t d) {
 }
 Tensor ops::select(const Tensor& a, int64_t d, int64_t i) {
   STRATA_CORE_CALL("select", "int", Tensor(const Tensor&, int64_t, int64_t), a, d, i);
+}
+Tensor ops::narrow(const Tensor& a, int64_t d, int64_t start, int64_t length) {
+  STRATA_CORE_CALL("narrow", "", Tensor(const Tensor&, int64_t, int64_t, int64_t), a, d, start, length);
+}
+Tensor ops::rand(IntVec size, OptDtype dtype, OptDevice device) {
+  STRATA_CORE_CALL("rand", "", Tensor(IntVec, OptDtype, OptDevice), size, dtype, device);
+}
+Tensor ops::rand_like(const Tensor& self, OptDtype dtype, OptDevice device) {
+  STRATA_CORE_CALL("rand_like", "", Tensor(const Tensor&, OptDtype, OptDevice), self, dtype, device);
+}
+void ops::manual_seed(uint64_t seed) {
+  Generator& g = defaultGenerator();
+  std::lock_guard<std::mutex> lock(g.mutex);
+  g.engine.seed(seed);
 }
 Tensor ops::expand(const Tensor& a, IntVec size, bool implicit) {
   STRATA_CORE_CALL("expand", "", Tensor(const Tensor&, IntVec, bool), a, size, implicit);

@@ -149,8 +149,9 @@ class STRATA_MODES_API ModeGuard {
   std::shared_ptr<DispatchMode> mode_;
 };
 
-// Registers the Mode-key fallback, the built-in mode types and the core:: ops'
-// autocast rules (autocast.h), once per process.
+// Registers the Mode-key fallback, the built-in mode types, the core:: ops' autocast
+// rules (autocast.h), the vmap fallback and the core:: ops' batching rules (vmap.h),
+// once per process.
 // Every function here calls it; a host calls it at startup so `dump` shows the
 // fallback before any mode is pushed.
 STRATA_MODES_API void initialize();

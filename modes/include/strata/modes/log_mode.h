@@ -22,6 +22,13 @@ using LogSink = std::function<void(std::string_view line)>;
 // The sink of LogModes that have none of their own; null restores stderr.
 STRATA_MODES_API void set_log_sink(LogSink sink);
 
+// The layers' warnings (vmap's for-loop fallback, ...): one line each, to the warning
+// sink, which is stderr ("strata: warning: ...") until a host routes it to its own
+// logging (the strata host sends it to the QLoggingCategory "strata.modes" as a
+// warning). null restores stderr.
+STRATA_MODES_API void set_warning_sink(LogSink sink);
+STRATA_MODES_API void warn(std::string_view message);
+
 class STRATA_MODES_API LogMode : public DispatchMode {
  public:
   LogMode() = default;

@@ -1,0 +1,335 @@
+// vmap: torch.vmap for C++ callables, and torch.library.register_vmap.
+//
+//   auto batched_dot = strata::modes::vmap([](const Tensor& a, const Tensor& b) {
+//     return ops::sum(ops::mul(a, b));
+//   });
+//   Tensor d = batched_dot(x, y);                    // x, y: [B, n] -> d: [B]
+//   auto f = modes::vmap(g, {0, std::nullopt});      // map x over dim 0, pass y as it is
+//   auto rule = modes::register_vmap("mylib::numpy_mul", [](const VmapInfo& info,
+//       const InDims& in_dims, Stack& args) -> VmapResult { ... });
+//
+// Note [vmap levels]
+// ~~~~~~~~~~~~~~~~~~
+// Each call of a vmapped function pushes a *level* (an id unique on its thread, a
+// batch size and a randomness mode) on this thread's level stack, wraps each mapped
+// input as a *batched tensor* (Note [Wrapper tensors]: a value, its batch dim and
+// the level; its sizes are the value's without the batch dim), calls the function,
+// pops the level and unwraps the outputs, moving each batch dim to its out_dim.
+// While the stack is not empty the Batched key is in the TLS included set, so every
+// op inside a vmap reaches the layer (a random op must, even with no tensor); with
+// no vmap running, nothing reaches it (Note [Computing the key set of a call]).
+//
+// The Batched kernel of an op (its rule, or the for-loop fallback) works on the
+// *current* level, the top of the stack:
+//   1. Arguments batched at the current level are unwrapped: the rule gets the value
+//      and in_dims[i] = its batch dim. A tensor batched at an outer level (one still
+//      on the stack below the top) is passed as it is, with in_dims[i] = None: to
+//      this level it is a plain tensor, as in functorch.
+//   2. With no argument batched at the current level, the op does not belong to this
+//      level: the level is taken off the stack and the op called again, so the next
+//      level down (or the layers below Batched) sees it.
+//   3. Otherwise the level is taken off the stack while the rule runs, so the ops the
+//      rule calls on the values are seen by the outer levels only (and, with no outer
+//      level, run with the Batched key excluded); what the rule returns is wrapped at
+//      the current level with its out_dims, and the level goes back on the stack.
+// Levels nest strictly: a wrapper's value is plain or batched at an outer level, never
+// at an inner one. A batched tensor whose level is no longer on the stack (it escaped
+// its vmap, or it was smuggled into a rule of its own level) is an error naming its
+// level and the op, never a silent wrong answer.
+//
+// Rules are boxed kernels at the Batched key (owner, debug string, RAII handle;
+// `strata dump` lists them, `strata kernel disable OP batched` turns one off and the
+// op falls back to the loop). The for-loop fallback, registered for every op, slices
+// each batched argument, calls the op once per batch element and stacks the results;
+// it warns once per op, and set_vmap_fallback_enabled(false) makes it an error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <optional>
+#include <source_location>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "strata/dispatcher.h"
+#include "strata/ivalue.h"
+#include "strata/library.h"
+#include "strata/modes/export.h"
+#include "strata/tensor.h"
+
+namespace strata::modes {
+
+// torch.vmap's randomness: what a random op inside the vmap does.
+//   error     - raises (the default),
+//   different - each batch element draws its own values,
+//   same      - one draw, shared by every batch element.
+enum class Randomness : uint8_t { error, different, same };
+STRATA_MODES_API const char* toString(Randomness r);
+// "error", "different", "same"; Error(Value) with PyTorch's message otherwise.
+STRATA_MODES_API Randomness parseRandomness(std::string_view name);
+
+// A batch dim: an int, or None (nullopt) for "not mapped" / "not batched".
+using Dim = std::optional<int64_t>;
+
+// One entry of in_dims / out_dims: one Dim, or for a std::vector<Tensor> argument
+// one Dim per element.
+struct STRATA_MODES_API DimEntry {
+  DimEntry(int d) : dim(d) {}                      // NOLINT
+  DimEntry(int64_t d) : dim(d) {}                  // NOLINT
+  DimEntry(std::nullopt_t) {}                      // NOLINT
+  DimEntry(Dim d) : dim(d) {}                      // NOLINT
+  DimEntry(std::vector<Dim> per_element) : elements(std::move(per_element)), is_list(true) {}  // NOLINT
+  Dim dim;
+  std::vector<Dim> elements;
+  bool is_list = false;
+  std::string str() const;
+};
+
+// in_dims / out_dims: one entry broadcast to every argument (output), or one per
+// argument (output), as torch.vmap takes an int or a tuple.
+class STRATA_MODES_API Dims {
+ public:
+  Dims(int d) : all_(DimEntry(d)) {}          // NOLINT: vmap(f, 0)
+  Dims(int64_t d) : all_(DimEntry(d)) {}      // NOLINT
+  Dims(std::nullopt_t) : all_(DimEntry(std::nullopt)) {}  // NOLINT: vmap(f, 0, std::nullopt)
+  Dims(std::initializer_list<DimEntry> per) : per_(per), is_tuple_(true) {}  // NOLINT: vmap(f, {0, std::nullopt})
+  Dims(std::vector<DimEntry> per) : per_(std::move(per)), is_tuple_(true) {}  // NOLINT
+  bool is_tuple() const { return is_tuple_; }
+  const std::vector<DimEntry>& entries() const { return per_; }
+  const DimEntry& all() const { return all_; }
+  // "0", "None", "(0, None)", "(0, [0, None])": as PyTorch prints in_dims.
+  std::string str() const;
+
+ private:
+  DimEntry all_{std::nullopt};
+  std::vector<DimEntry> per_;
+  bool is_tuple_ = false;
+};
+
+// --- Batched tensors (for rule authors and tests). ---
+STRATA_MODES_API bool is_batched(const Tensor& t);
+// The level / batch dim of a batched tensor's outermost wrapper; nullopt for a plain one.
+STRATA_MODES_API std::optional<uint64_t> maybe_get_level(const Tensor& t);
+STRATA_MODES_API Dim maybe_get_bdim(const Tensor& t);
+// The value a batched tensor wraps (one level down); Error(Value) for a plain tensor.
+STRATA_MODES_API Tensor get_unwrapped(const Tensor& t);
+// How many vmaps are running on this thread (the level stack's depth, rules included).
+STRATA_MODES_API size_t vmap_depth();
+
+// t with its batch dim at 0: moved there, or (bdim None) a new dim of batch_size made
+// by expand (a view). functorch's moveBatchDimToFront + ensureHasBdim, for rules.
+STRATA_MODES_API Tensor move_bdim_to_front(const Tensor& t, Dim bdim, int64_t batch_size);
+
+// PyTorch's torch._C._functorch._set_vmap_fallback_enabled: with false, an op that
+// has no batching rule fails under vmap instead of running the for-loop fallback.
+STRATA_MODES_API void set_vmap_fallback_enabled(bool enabled);
+STRATA_MODES_API bool is_vmap_fallback_enabled();
+// Forgets which ops the fallback has warned about (so tests can see the warning).
+STRATA_MODES_API void reset_vmap_fallback_warnings();
+
+// --- register_vmap. ---
+struct VmapInfo {
+  int64_t batch_size = 0;
+  Randomness randomness = Randomness::error;
+};
+// One Dim per argument of the op's schema: the batch dim of a Tensor argument batched
+// at this level, else None. A Tensor[] / Tensor?[] argument with any element batched
+// is given with every element batched at dim 0 (the others expanded, a view) and
+// in_dims[i] = 0.
+using InDims = std::vector<Dim>;
+// The rule's results: one IValue per return of the schema, and the batch dim of each
+// (None: that output is not batched). One out_dim for several outputs applies to all.
+struct VmapResult {
+  Stack outputs;
+  std::vector<Dim> out_dims;
+};
+using VmapRule = std::function<VmapResult(const VmapInfo& info, const InDims& in_dims, Stack& args)>;
+
+// torch.library.register_vmap: `op` is "ns::name[.overload]" with a schema. A second
+// rule for the op is Error(Value) naming the op and the owner of the first, unless
+// allow_override. The rule lasts as long as the handle (or lib).
+STRATA_MODES_API RegistrationHandleRAII register_vmap(std::string_view op, VmapRule rule, bool allow_override = false,
+                                                      std::source_location where = std::source_location::current());
+STRATA_MODES_API void register_vmap(std::string_view op, VmapRule rule, Library& lib, bool allow_override = false,
+                                    std::source_location where = std::source_location::current());
+
+// The core:: ops that have a builtin batching rule, and those that use the fallback
+// (with why), as the tests and `strata dump` see them.
+STRATA_MODES_API std::vector<std::string> core_ops_with_batching_rules();
+
+// ---------------------------------------------------------------------------
+// vmap(fn, in_dims, out_dims, randomness, chunk_size): the call machinery. fn takes
+// Tensors, std::vector<Tensor>s and any other values (passed through: their in_dim
+// must be None) and returns a Tensor, a std::vector<Tensor>, or a std::tuple /
+// std::pair of those (other values in a tuple need out_dim None).
+
+namespace detail {
+
+// One vmapped call: checks in_dims and the inputs, runs the chunks, unwraps outputs.
+class STRATA_MODES_API VmapCall {
+ public:
+  VmapCall(const Dims& in_dims, const Dims& out_dims, Randomness randomness, std::optional<int64_t> chunk_size,
+           size_t num_args);
+  ~VmapCall();
+  VmapCall(const VmapCall&) = delete;
+  VmapCall& operator=(const VmapCall&) = delete;
+
+  // Pass 1, in argument order.
+  void addTensor(size_t arg, const Tensor& t);
+  void addList(size_t arg, const std::vector<Tensor>& ts);
+  void addOther(size_t arg, const std::type_info& type);
+  // Checks in_dims against the inputs and finds the batch size (Error(Value) with
+  // PyTorch's messages).
+  void start();
+  size_t numChunks() const;
+
+  // Pass 2, per chunk: pushes the chunk's level, wraps the inputs.
+  void enterChunk(size_t chunk);
+  Tensor input(size_t arg, const Tensor& t);
+  std::vector<Tensor> inputList(size_t arg, const std::vector<Tensor>& ts);
+  // Pops the level (also done by the destructor on an exception).
+  void exitChunk();
+
+  // Pass 3, per chunk, after exitChunk: the outputs in order. `output` is the index of
+  // the top-level output the leaf belongs to; t is null for a non-tensor leaf.
+  struct Leaf {
+    size_t output;
+    Tensor* tensor;
+    const std::type_info* type;
+  };
+  void collectOutputs(size_t num_outputs, bool single_tensor, std::vector<Leaf>& leaves);
+  // After the last chunk: writes the (concatenated) results into leaves (the first
+  // chunk's outputs).
+  void finish(std::vector<Leaf>& leaves);
+
+  struct Impl;  // vmap.cc
+
+ private:
+  Impl* impl_;
+};
+
+template <typename T>
+struct IsTupleLike : std::false_type {};
+template <typename... Ts>
+struct IsTupleLike<std::tuple<Ts...>> : std::true_type {};
+template <typename A, typename B>
+struct IsTupleLike<std::pair<A, B>> : std::true_type {};
+
+template <typename T>
+void declareArg(VmapCall& call, size_t i, const T& a) {
+  using D = std::decay_t<T>;
+  if constexpr (std::is_same_v<D, Tensor>) call.addTensor(i, a);
+  else if constexpr (std::is_same_v<D, std::vector<Tensor>>) call.addList(i, a);
+  else call.addOther(i, typeid(D));
+}
+
+template <typename T>
+decltype(auto) wrapArg(VmapCall& call, size_t i, const T& a) {
+  using D = std::decay_t<T>;
+  if constexpr (std::is_same_v<D, Tensor>) return call.input(i, a);
+  else if constexpr (std::is_same_v<D, std::vector<Tensor>>) return call.inputList(i, a);
+  else return (a);
+}
+
+template <typename T>
+void leavesOf(T& v, size_t output, std::vector<VmapCall::Leaf>& leaves) {
+  using D = std::decay_t<T>;
+  if constexpr (std::is_same_v<D, Tensor>) {
+    leaves.push_back({output, &v, &typeid(Tensor)});
+  } else if constexpr (std::is_same_v<D, std::vector<Tensor>>) {
+    for (Tensor& t : v) leaves.push_back({output, &t, &typeid(Tensor)});
+  } else {
+    leaves.push_back({output, nullptr, &typeid(D)});
+  }
+}
+
+// The leaves of a result; returns the number of top-level outputs.
+template <typename R>
+size_t outputLeaves(R& r, std::vector<VmapCall::Leaf>& leaves) {
+  if constexpr (IsTupleLike<R>::value) {
+    size_t n = 0;
+    std::apply([&](auto&... e) { (leavesOf(e, n++, leaves), ...); }, r);
+    return n;
+  } else if constexpr (std::is_same_v<R, std::vector<Tensor>>) {
+    for (size_t i = 0; i < r.size(); ++i) leaves.push_back({i, &r[i], &typeid(Tensor)});
+    return r.size();
+  } else {
+    leavesOf(r, 0, leaves);
+    return 1;
+  }
+}
+
+template <typename F, typename Tuple, size_t... I>
+auto invokeWrapped(const F& fn, VmapCall& call, const Tuple& args, std::index_sequence<I...>) {
+  // Wrap every argument first (in order), then call.
+  auto wrapped = std::tuple<decltype(wrapArg(call, I, std::get<I>(args)))...>{wrapArg(call, I, std::get<I>(args))...};
+  return std::apply(fn, wrapped);
+}
+
+}  // namespace detail
+
+template <typename F>
+class Vmapped {
+ public:
+  Vmapped(F fn, Dims in_dims, Dims out_dims, Randomness randomness, std::optional<int64_t> chunk_size)
+      : fn_(std::move(fn)),
+        in_dims_(std::move(in_dims)),
+        out_dims_(std::move(out_dims)),
+        randomness_(randomness),
+        chunk_size_(chunk_size) {}
+
+  template <typename... Args>
+  auto operator()(const Args&... args) const {
+    detail::VmapCall call(in_dims_, out_dims_, randomness_, chunk_size_, sizeof...(Args));
+    {
+      size_t i = 0;
+      (detail::declareArg(call, i++, args), ...);
+    }
+    call.start();
+    const auto refs = std::forward_as_tuple(args...);
+    using R = std::decay_t<decltype(detail::invokeWrapped(fn_, call, refs, std::index_sequence_for<Args...>{}))>;
+    std::optional<R> first;
+    std::vector<detail::VmapCall::Leaf> first_leaves;
+    for (size_t c = 0; c < call.numChunks(); ++c) {
+      call.enterChunk(c);
+      R out = detail::invokeWrapped(fn_, call, refs, std::index_sequence_for<Args...>{});
+      call.exitChunk();
+      std::vector<detail::VmapCall::Leaf> leaves;
+      const size_t n = detail::outputLeaves(out, leaves);
+      call.collectOutputs(n, std::is_same_v<R, Tensor>, leaves);
+      if (c == 0) first.emplace(std::move(out));
+    }
+    detail::outputLeaves(*first, first_leaves);
+    call.finish(first_leaves);
+    return std::move(*first);
+  }
+
+ private:
+  F fn_;
+  Dims in_dims_;
+  Dims out_dims_;
+  Randomness randomness_;
+  std::optional<int64_t> chunk_size_;
+};
+
+// torch.vmap(fn, in_dims=0, out_dims=0, randomness="error", chunk_size=None). Checks
+// randomness and chunk_size here (Error(Value) with PyTorch's messages); in_dims and
+// out_dims are checked against each call's inputs and outputs.
+template <typename F>
+Vmapped<std::decay_t<F>> vmap(F&& fn, Dims in_dims = 0, Dims out_dims = 0, std::string_view randomness = "error",
+                              std::optional<int64_t> chunk_size = std::nullopt) {
+  const Randomness r = parseRandomness(randomness);
+  if (chunk_size) {
+    STRATA_CHECK(*chunk_size > 0, Value, "vmap: chunk_size should be None or greater than 0. (got ", *chunk_size,
+                 ")");
+  }
+  return Vmapped<std::decay_t<F>>(std::forward<F>(fn), std::move(in_dims), std::move(out_dims), r, chunk_size);
+}
+
+}  // namespace strata::modes

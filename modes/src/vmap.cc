@@ -1,0 +1,841 @@
+// The vmap layer: levels, batched tensors, the Batched kernels (rules and the
+// for-loop fallback) and vmap()'s call machinery. See Note [vmap levels].
+#include "strata/modes/vmap.h"
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <typeinfo>
+
+#include "registered_at.h"
+#include "strata/local_dispatch_key_set.h"
+#include "strata/modes/dispatch_mode.h"
+#include "strata/modes/log_mode.h"
+#include "strata/ops.h"
+#include "vmap_internal.h"
+
+namespace strata::modes {
+
+namespace {
+
+// --- Levels ------------------------------------------------------------------
+
+struct Level {
+  uint64_t id;
+  int64_t batch_size;
+  Randomness randomness;
+};
+
+struct VmapTls {
+  std::vector<Level> visible;   // the level stack; the top is the current level
+  std::vector<uint64_t> alive;  // every level whose vmap is running, visible or not
+  uint64_t next_id = 1;
+};
+thread_local VmapTls tls;
+
+// Batched is in the TLS included set exactly while a level is visible.
+void syncBatchedKey() {
+  uint64_t& included = strata::detail::tls_local_dispatch_key_set.included;
+  const uint64_t bit = DispatchKeySet(DispatchKey::Batched).raw();
+  if (tls.visible.empty()) included &= ~bit;
+  else included |= bit;
+}
+
+bool isVisible(uint64_t id) {
+  for (const Level& l : tls.visible) {
+    if (l.id == id) return true;
+  }
+  return false;
+}
+bool isAlive(uint64_t id) { return std::find(tls.alive.begin(), tls.alive.end(), id) != tls.alive.end(); }
+
+// Takes the current level off the stack for a scope (Note [vmap levels], 2 and 3).
+class LevelPop {
+ public:
+  LevelPop() : level_(tls.visible.back()) {
+    tls.visible.pop_back();
+    syncBatchedKey();
+  }
+  ~LevelPop() {
+    tls.visible.push_back(level_);
+    syncBatchedKey();
+  }
+  LevelPop(const LevelPop&) = delete;
+  LevelPop& operator=(const LevelPop&) = delete;
+
+ private:
+  Level level_;
+};
+
+}  // namespace
+
+// --- Batched tensors ---------------------------------------------------------
+
+namespace detail {
+
+BatchedWrapper::BatchedWrapper(Tensor v, int64_t b, uint64_t l) : value(std::move(v)), bdim(b), level(l) {}
+std::string BatchedWrapper::what() const { return "a batched tensor (vmap level " + std::to_string(level) + ")"; }
+std::string BatchedWrapper::str() const {
+  return "BatchedTensor(lvl=" + std::to_string(level) + ", bdim=" + std::to_string(bdim) + ", value=" + value.str() +
+         ")";
+}
+
+const BatchedWrapper* batchedOf(const Tensor& t) {
+  if (!t.defined()) return nullptr;
+  const TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (!impl->key_set().has(DispatchKey::Batched)) return nullptr;
+  const TensorWrapper* w = impl->wrapper();
+  if (w == nullptr || typeid(*w) != typeid(BatchedWrapper)) return nullptr;
+  return static_cast<const BatchedWrapper*>(w);
+}
+
+Tensor makeBatched(const Tensor& value, int64_t bdim, uint64_t level) {
+  const int64_t n = value.dim();
+  STRATA_INTERNAL_ASSERT(bdim >= 0 && bdim < n, "makeBatched: bdim out of range");
+  std::vector<int64_t> sizes, strides;
+  sizes.reserve(static_cast<size_t>(n - 1));
+  strides.reserve(static_cast<size_t>(n - 1));
+  for (int64_t d = 0; d < n; ++d) {
+    if (d == bdim) continue;
+    sizes.push_back(value.sizes()[d]);
+    strides.push_back(value.strides()[d]);
+  }
+  auto wrapper = make_intrusive<BatchedWrapper>(value, bdim, level);
+  return Tensor(make_intrusive<TensorImpl>(value.storage(), value.dtype(), std::move(sizes), std::move(strides),
+                                           value.storage_offset(), DispatchKeySet(DispatchKey::Batched),
+                                           std::move(wrapper)));
+}
+
+}  // namespace detail
+
+using detail::batchedOf;
+using detail::makeBatched;
+
+bool is_batched(const Tensor& t) { return batchedOf(t) != nullptr; }
+std::optional<uint64_t> maybe_get_level(const Tensor& t) {
+  const auto* b = batchedOf(t);
+  return b ? std::optional<uint64_t>(b->level) : std::nullopt;
+}
+Dim maybe_get_bdim(const Tensor& t) {
+  const auto* b = batchedOf(t);
+  return b ? Dim(b->bdim) : std::nullopt;
+}
+Tensor get_unwrapped(const Tensor& t) {
+  const auto* b = batchedOf(t);
+  STRATA_CHECK(b != nullptr, Value, "get_unwrapped: the tensor is not a batched tensor");
+  return b->value;
+}
+size_t vmap_depth() { return tls.alive.size(); }
+
+Tensor move_bdim_to_front(const Tensor& t, Dim bdim, int64_t batch_size) {
+  if (bdim) return *bdim == 0 ? t : ops::movedim(t, *bdim, 0);
+  std::vector<int64_t> size(static_cast<size_t>(t.dim()) + 1, -1);
+  size[0] = batch_size;
+  return ops::expand(ops::unsqueeze(t, 0), size);
+}
+
+const char* toString(Randomness r) {
+  switch (r) {
+    case Randomness::error: return "error";
+    case Randomness::different: return "different";
+    case Randomness::same: return "same";
+  }
+  return "unknown";
+}
+
+Randomness parseRandomness(std::string_view name) {
+  for (Randomness r : {Randomness::error, Randomness::different, Randomness::same}) {
+    if (name == toString(r)) return r;
+  }
+  STRATA_FAIL(Value, "Only allowed values for randomness are 'error', 'different', or 'same'. Got ", name);
+}
+
+std::string DimEntry::str() const {
+  auto one = [](const Dim& d) { return d ? std::to_string(*d) : std::string("None"); };
+  if (!is_list) return one(dim);
+  std::string s = "[";
+  for (size_t i = 0; i < elements.size(); ++i) s += (i ? ", " : "") + one(elements[i]);
+  return s + "]";
+}
+
+std::string Dims::str() const {
+  if (!is_tuple_) return all_.str();
+  std::string s = "(";
+  for (size_t i = 0; i < per_.size(); ++i) s += (i ? ", " : "") + per_[i].str();
+  return s + (per_.size() == 1 ? ",)" : ")");
+}
+
+// --- The fallback's switch and its warnings --------------------------------
+
+namespace {
+
+std::atomic<bool> g_fallback_enabled{true};
+
+struct Warned {
+  std::mutex mu;
+  std::set<std::string> ops;
+};
+Warned& warned() {
+  static Warned* w = new Warned();  // leaked: ops may run in static destructors
+  return *w;
+}
+
+void warnOnce(const OperatorHandle& op, int64_t batch_size) {
+  Warned& w = warned();
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
+    if (!w.ops.insert(op.name()).second) return;
+  }
+  warn("vmap: no batching rule for " + op.name() + "; running a slow for-loop fallback, " +
+       std::to_string(batch_size) + " calls");
+}
+
+}  // namespace
+
+void set_vmap_fallback_enabled(bool enabled) { g_fallback_enabled.store(enabled, std::memory_order_relaxed); }
+bool is_vmap_fallback_enabled() { return g_fallback_enabled.load(std::memory_order_relaxed); }
+void reset_vmap_fallback_warnings() {
+  Warned& w = warned();
+  std::lock_guard<std::mutex> lock(w.mu);
+  w.ops.clear();
+}
+
+// --- The Batched kernel --------------------------------------------------------
+
+namespace {
+
+std::string dimsStr(const std::vector<Dim>& dims) {
+  std::string s = "(";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + (dims[i] ? std::to_string(*dims[i]) : "None");
+  return s + (dims.size() == 1 ? ",)" : ")");
+}
+
+// A batched tensor whose level is not the current one nor visible below it.
+[[noreturn]] void badLevel(const OperatorHandle& op, const detail::BatchedWrapper& b, const Level* cur) {
+  if (!isAlive(b.level)) {
+    STRATA_FAIL(Value, "vmap: ", op.name(), " got a batched tensor of vmap level ", b.level,
+                ", whose vmap has returned: a batched tensor must not escape its vmap (return it from the vmapped "
+                "function, which unwraps it)");
+  }
+  STRATA_FAIL(Value, "vmap: ", op.name(), " got a batched tensor of vmap level ", b.level, " while ",
+              cur ? "level " + std::to_string(cur->id) + " is the current one" : std::string("no level is current"),
+              ": it reached a batching rule of its own level (or of an inner one) by a way other than the rule's "
+              "arguments; a rule must not capture batched tensors");
+}
+
+// Whether t is batched at the current level; throws for a level that may not be seen.
+const detail::BatchedWrapper* atLevel(const OperatorHandle& op, const Tensor& t, const Level* cur) {
+  const detail::BatchedWrapper* b = batchedOf(t);
+  if (b == nullptr) return nullptr;
+  if (cur != nullptr && b->level == cur->id) return b;
+  if (cur != nullptr && b->level < cur->id && isVisible(b->level)) return nullptr;  // an outer level's: plain here
+  badLevel(op, *b, cur);
+}
+
+// Applies f(tensor) to every tensor among the op's arguments on the stack.
+template <typename F>
+void forEachArgTensor(const IValue& v, F&& f) {
+  if (v.isTensor()) {
+    f(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const Tensor& t : v.toTensorList()) f(t);
+  } else if (v.isGenericList()) {
+    for (const IValue& e : v.toList()) forEachArgTensor(e, f);
+  }
+}
+
+bool anyAtLevel(const OperatorHandle& op, const Stack& stack, size_t base, const Level* cur) {
+  bool any = false;
+  for (size_t i = base; i < stack.size(); ++i) {
+    forEachArgTensor(stack[i], [&](const Tensor& t) { any = atLevel(op, t, cur) != nullptr || any; });
+  }
+  return any;
+}
+
+// The value of t at the level, with its batch dim at 0 (unbatched: expanded).
+Tensor frontOf(const OperatorHandle& op, const Tensor& t, const Level& level) {
+  const detail::BatchedWrapper* b = atLevel(op, t, &level);
+  return b ? move_bdim_to_front(b->value, b->bdim, level.batch_size)
+           : move_bdim_to_front(t, std::nullopt, level.batch_size);
+}
+
+// Unwraps the arguments batched at `level` for a rule: in_dims per argument.
+InDims unwrapForRule(const OperatorHandle& op, Stack& args, const Level& level) {
+  InDims in_dims(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    IValue& v = args[i];
+    if (v.isTensor()) {
+      if (const auto* b = atLevel(op, v.toTensor(), &level)) {
+        in_dims[i] = b->bdim;
+        v = IValue(b->value);
+      }
+    } else if (v.isTensorList() || v.isGenericList()) {
+      bool any = false;
+      forEachArgTensor(v, [&](const Tensor& t) { any = atLevel(op, t, &level) != nullptr || any; });
+      if (!any) continue;
+      in_dims[i] = 0;
+      if (v.isTensorList()) {
+        std::vector<Tensor> out;
+        for (const Tensor& t : v.toTensorList()) out.push_back(frontOf(op, t, level));
+        v = IValue(std::move(out));
+      } else {
+        std::vector<IValue> out;
+        for (const IValue& e : v.toList()) out.push_back(e.isTensor() ? IValue(frontOf(op, e.toTensor(), level)) : e);
+        v = IValue(std::move(out));
+      }
+    }
+  }
+  return in_dims;
+}
+
+// The argument a `Tensor(a!)` return aliases, or -1.
+int writtenArgumentOf(const FunctionSchema& schema, size_t ret) {
+  const Argument& r = schema.returns()[ret];
+  if (!r.alias_info || !r.alias_info->is_write) return -1;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const Argument& a = schema.arguments()[i];
+    if (a.is_write() && a.alias_info->before_sets == r.alias_info->before_sets) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Wraps what a rule returned at the level and pushes it; checks it first.
+void pushRuleOutputs(const OperatorHandle& op, VmapResult& result, const Stack& original_args, Stack& stack,
+                     const Level& level) {
+  const FunctionSchema& schema = op.schema();
+  const size_t n = schema.returns().size();
+  STRATA_CHECK(result.outputs.size() == n, Value, "vmap: the batching rule for ", op.name(), " returned ",
+               result.outputs.size(), " output", result.outputs.size() == 1 ? "" : "s", ", but the op has ", n,
+               " (", schema.str(), ")");
+  STRATA_CHECK(result.out_dims.size() == n || (result.out_dims.size() == 1 && n > 0), Value,
+               "vmap: the batching rule for ", op.name(), " returned ", result.out_dims.size(),
+               " out_dims for ", n, " output", n == 1 ? "" : "s", ": give one per output (or one for all)");
+  auto wrapOne = [&](const Tensor& t, Dim d, size_t j) -> Tensor {
+    if (const auto* b = batchedOf(t); b != nullptr && b->level >= level.id) {
+      STRATA_FAIL(Value, "vmap: the batching rule for ", op.name(), " returned (output ", j,
+                  ") a batched tensor of vmap level ", b->level,
+                  "; a rule returns the values of its level, which vmap wraps");
+    }
+    if (!d) return t;
+    const int64_t k = t.dim();
+    STRATA_CHECK(*d >= -k && *d < k, Value, "vmap: the batching rule for ", op.name(), " returned out_dim ", *d,
+                 " for output ", j, ", a tensor of dimensionality ", k, ", so expected -", k, " <= out_dim < ", k);
+    return makeBatched(t, *d < 0 ? *d + k : *d, level.id);
+  };
+  for (size_t j = 0; j < n; ++j) {
+    const Dim d = result.out_dims.size() == 1 ? result.out_dims[0] : result.out_dims[j];
+    IValue& v = result.outputs[j];
+    if (const int w = writtenArgumentOf(schema, j); w >= 0 && v.isTensor()) {
+      // An in-place op returns its (batched) self, as the caller holds it.
+      stack.push_back(original_args[static_cast<size_t>(w)]);
+      continue;
+    }
+    if (v.isTensor()) {
+      stack.push_back(wrapOne(v.toTensor(), d, j));
+    } else if (v.isTensorList()) {
+      std::vector<Tensor> out;
+      for (const Tensor& t : v.toTensorList()) out.push_back(wrapOne(t, d, j));
+      stack.push_back(IValue(std::move(out)));
+    } else {
+      STRATA_CHECK(!d, Value, "vmap: the batching rule for ", op.name(), " returned out_dim ", *d, " for output ",
+                   j, ", which is not a tensor (", v.typeName(), "); its out_dim must be None");
+      stack.push_back(std::move(v));
+    }
+  }
+}
+
+void runRule(const OperatorHandle& op, Stack& stack, size_t base, const Level& level, const VmapRule& rule) {
+  Stack args(std::make_move_iterator(stack.begin() + static_cast<std::ptrdiff_t>(base)),
+             std::make_move_iterator(stack.end()));
+  stack.resize(base);
+  Stack original;
+  if (op.schema().is_mutable()) original = args;
+  LevelPop pop;
+  InDims in_dims = unwrapForRule(op, args, level);
+  const bool observed = dispatch_observed();
+  std::string note;
+  if (observed) {
+    note = "vmap level " + std::to_string(level.id) + ", batch size " + std::to_string(level.batch_size) +
+           ": batching rule with in_dims " + dimsStr(in_dims);
+  }
+  VmapResult result = rule(VmapInfo{level.batch_size, level.randomness}, in_dims, args);
+  if (observed) note_dispatch_step(note + ", out_dims " + dimsStr(result.out_dims));
+  pushRuleOutputs(op, result, original, stack, level);
+}
+
+bool returnsAliasInput(const FunctionSchema& schema) {
+  for (const Argument& r : schema.returns()) {
+    if (r.alias_info && !r.alias_info->is_write) return true;
+  }
+  return false;
+}
+
+bool allReturnsTensors(const FunctionSchema& schema) {
+  for (const Argument& r : schema.returns()) {
+    if (r.type->kind() != TypeKind::Tensor) return false;
+  }
+  return true;
+}
+
+// Batch element i of an argument: each tensor batched at the level sliced at i.
+IValue sliceArg(const OperatorHandle& op, const IValue& v, const Level& level, int64_t i) {
+  auto one = [&](const Tensor& t) -> Tensor {
+    const auto* b = atLevel(op, t, &level);
+    if (b == nullptr) return t;
+    return b->value.wrapper() == nullptr ? b->value.select(b->bdim, i) : ops::select(b->value, b->bdim, i);
+  };
+  if (v.isTensor()) return IValue(one(v.toTensor()));
+  if (v.isTensorList()) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : v.toTensorList()) out.push_back(one(t));
+    return IValue(std::move(out));
+  }
+  if (v.isGenericList()) {
+    std::vector<IValue> out;
+    for (const IValue& e : v.toList()) out.push_back(e.isTensor() ? IValue(one(e.toTensor())) : e);
+    return IValue(std::move(out));
+  }
+  return v;
+}
+
+void runFallback(const OperatorHandle& op, Stack& stack, size_t base, const Level& level) {
+  const FunctionSchema& schema = op.schema();
+  if (!is_vmap_fallback_enabled()) {
+    STRATA_FAIL(NotImplemented, "Batching rule not implemented for ", op.name(),
+                ". We could not generate a fallback (the vmap for-loop fallback is off: "
+                "set_vmap_fallback_enabled(true) turns it on, or register_vmap gives the op a rule).");
+  }
+  STRATA_CHECK(allReturnsTensors(schema), NotImplemented, "Batching rule not implemented for ", op.name(),
+               ". We could not generate a fallback: the for-loop fallback stacks tensor results, and ", schema.str(),
+               " returns something else.");
+  const bool mutates = schema.is_mutable();
+  STRATA_CHECK(mutates || !returnsAliasInput(schema), NotImplemented, "Batching rule not implemented for ",
+               op.name(), "; the fallback path doesn't work on out= or view ops (", schema.str(), ").");
+  Stack args(std::make_move_iterator(stack.begin() + static_cast<std::ptrdiff_t>(base)),
+             std::make_move_iterator(stack.end()));
+  stack.resize(base);
+  if (mutates) {
+    // In place: every written argument must be batched at this level, or the
+    // results of the batch elements would all land in one place.
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!schema.arguments()[i].is_write()) continue;
+      bool batched = false;
+      forEachArgTensor(args[i], [&](const Tensor& t) { batched = atLevel(op, t, &level) != nullptr || batched; });
+      STRATA_CHECK(batched, Value, "vmap: ", op.name(), "(", schema.arguments()[i].name,
+                   ", *extra_args) is not possible because there exists a Tensor `other` in extra_args that has more "
+                   "elements than `", schema.arguments()[i].name, "`. This happened due to `other` being vmapped over "
+                   "but `", schema.arguments()[i].name, "` not being vmapped over in a vmap. Please try to use "
+                   "out-of-place operators instead of ", op.name(), ".");
+    }
+  }
+  warnOnce(op, level.batch_size);
+  if (dispatch_observed()) {
+    note_dispatch_step("vmap level " + std::to_string(level.id) + ": no batching rule for " + op.name() +
+                       "; for-loop fallback, " + std::to_string(level.batch_size) + " calls" +
+                       (mutates ? " writing each slice in place" : ", results stacked at dim 0"));
+  }
+  const size_t nret = schema.returns().size();
+  std::vector<std::vector<Tensor>> results(nret);
+  {
+    LevelPop pop;
+    for (int64_t i = 0; i < level.batch_size; ++i) {
+      Stack slice;
+      slice.reserve(args.size());
+      for (const IValue& v : args) slice.push_back(sliceArg(op, v, level, i));
+      op.callBoxed(slice);
+      if (mutates) continue;
+      for (size_t j = 0; j < nret; ++j) results[j].push_back(slice[j].toTensor());
+    }
+    if (!mutates) {
+      for (size_t j = 0; j < nret; ++j) {
+        // A batch of 0 has no element to take the result's shape from.
+        STRATA_CHECK(!results[j].empty(), NotImplemented, "vmap: the for-loop fallback for ", op.name(),
+                     " cannot run a batch of size 0");
+        results[j] = {ops::stack(results[j], 0)};
+      }
+    }
+  }
+  for (size_t j = 0; j < nret; ++j) {
+    if (mutates) {
+      const int w = writtenArgumentOf(schema, j);
+      STRATA_CHECK(w >= 0, NotImplemented, "Batching rule not implemented for ", op.name(),
+                   ". We could not generate a fallback: its output ", j, " is not one of its written arguments.");
+      stack.push_back(args[static_cast<size_t>(w)]);
+    } else {
+      stack.push_back(makeBatched(results[j][0], 0, level.id));
+    }
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void batchedKernel(const OperatorHandle& op, Stack& stack, const RuleData* rule) {
+  const size_t nargs = op.schema().arguments().size();
+  const size_t base = stack.size() - nargs;
+  const Level* cur = tls.visible.empty() ? nullptr : &tls.visible.back();
+  const bool any = anyAtLevel(op, stack, base, cur);  // throws for a level that may not be seen
+  if (cur == nullptr) {
+    // Reached through the Batched key of a tensor whose level is gone: anyAtLevel threw.
+    // Only a caller that included Batched by hand gets here: run below the layer.
+    ExcludeDispatchKeyGuard no_batched(DispatchKey::Batched);
+    op.callBoxed(stack);
+    return;
+  }
+  if (rule != nullptr && (any || rule->runs_unbatched)) {
+    const Level level = *cur;
+    runRule(op, stack, base, level, rule->fn);
+    return;
+  }
+  if (!any) {
+    // Not this level's op: the next level down sees it (Note [vmap levels], 2).
+    if (dispatch_observed()) {
+      note_dispatch_step("vmap level " + std::to_string(cur->id) + ": no argument is batched at this level; "
+                         "passed to the level below");
+    }
+    LevelPop pop;
+    op.callBoxed(stack);
+    return;
+  }
+  const Level level = *cur;
+  runFallback(op, stack, base, level);
+}
+
+Randomness currentRandomness() {
+  STRATA_INTERNAL_ASSERT(!tls.visible.empty(), "no vmap level");
+  return tls.visible.back().randomness;
+}
+
+}  // namespace detail
+
+// --- register_vmap -------------------------------------------------------------
+
+namespace detail {
+
+RegistrationHandleRAII addVmapRule(std::string_view op_text, VmapRule rule, bool runs_unbatched, bool allow_override,
+                                   const std::string& debug, const char* api) {
+  STRATA_CHECK(rule != nullptr, Value, api, "(", op_text, "): the rule is empty");
+  const OperatorName name = parseOperatorName(op_text);
+  Dispatcher& d = Dispatcher::singleton();
+  auto handle = d.findSchema(name);
+  STRATA_CHECK(handle.has_value(), NotImplemented, api, "(", op_text, "): no operator named ", name.str(),
+               " has a schema; define it first (Library::def)");
+  if (!allow_override) {
+    for (const RegistrationInfo& ri : d.registrations(name)) {
+      if (ri.what == RegistrationInfo::What::Impl && ri.key == DispatchKey::Batched) {
+        STRATA_FAIL(Value, api, "(", op_text, "): ", name.str(), " already has a batching rule, registered by '",
+                    ri.owner, "' (", ri.debug, "); the new one, by '", RegistrationOwnerGuard::current(), "' (",
+                    debug, "), is refused. Pass allow_override to replace it.");
+      }
+    }
+  }
+  auto data = std::make_shared<const RuleData>(RuleData{std::move(rule), runs_unbatched});
+  return d.registerImpl(name, DispatchKey::Batched,
+                        KernelFunction::makeFromBoxedFunctor(
+                            [data](const OperatorHandle& op, DispatchKeySet, Stack& stack) {
+                              batchedKernel(op, stack, data.get());
+                            }),
+                        {RegistrationOwnerGuard::current(), "vmap batching rule; " + debug, allow_override});
+}
+
+RegistrationHandleRAII registerVmapFallback() {
+  RegistrationOwnerGuard owner("builtin");
+  return Dispatcher::singleton().registerFallback(
+      DispatchKey::Batched,
+      KernelFunction::makeFromBoxedFunctor(
+          [](const OperatorHandle& op, DispatchKeySet, Stack& stack) { batchedKernel(op, stack, nullptr); }),
+      {"builtin", "vmap for-loop fallback (slices, calls the op per batch element, stacks); " +
+                      modes::detail::registeredAt(std::source_location::current()),
+       false});
+}
+
+}  // namespace detail
+
+RegistrationHandleRAII register_vmap(std::string_view op, VmapRule rule, bool allow_override,
+                                     std::source_location where) {
+  initialize();
+  return detail::addVmapRule(op, std::move(rule), false, allow_override, detail::registeredAt(where),
+                             "register_vmap");
+}
+
+void register_vmap(std::string_view op, VmapRule rule, Library& lib, bool allow_override,
+                   std::source_location where) {
+  lib.keep(register_vmap(op, std::move(rule), allow_override, where));
+}
+
+// --- vmap()'s call machinery ---------------------------------------------------
+
+namespace detail {
+
+struct VmapCall::Impl {
+  Dims in_dims;
+  Dims out_dims;
+  Randomness randomness;
+  std::optional<int64_t> chunk_size;
+  size_t num_args;
+
+  struct Input {
+    enum Kind { kTensor, kList, kOther } kind = kOther;
+    std::vector<Dim> dims;  // one per tensor (normalized, >= 0)
+    const std::type_info* type = nullptr;
+    std::vector<int64_t> ranks;
+    std::vector<int64_t> sizes;  // the mapped dim's size, per tensor (0 where unmapped)
+  };
+  std::vector<Input> inputs;
+  int64_t batch_size = 0;
+  struct Chunk {
+    int64_t start;
+    int64_t length;
+  };
+  std::vector<Chunk> chunks;
+  size_t chunk = 0;
+  bool in_chunk = false;
+  uint64_t level = 0;
+  // Per output leaf, per chunk: the unwrapped results.
+  std::vector<std::vector<Tensor>> results;
+  std::vector<Dim> leaf_dims;
+
+  std::string prefix() const { return "vmap(fn, in_dims=" + in_dims.str() + ", ...)(<inputs>): "; }
+
+  const DimEntry& entryFor(size_t arg) const { return in_dims.is_tuple() ? in_dims.entries()[arg] : in_dims.all(); }
+
+  void popLevel() {
+    if (!in_chunk) return;
+    in_chunk = false;
+    // The level is on top unless a rule is running (then it was popped by LevelPop
+    // and will not be restored into a dead slot: we remove it by id).
+    for (size_t i = tls.visible.size(); i > 0; --i) {
+      if (tls.visible[i - 1].id == level) {
+        tls.visible.erase(tls.visible.begin() + static_cast<std::ptrdiff_t>(i - 1));
+        break;
+      }
+    }
+    tls.alive.erase(std::remove(tls.alive.begin(), tls.alive.end(), level), tls.alive.end());
+    syncBatchedKey();
+  }
+};
+
+VmapCall::VmapCall(const Dims& in_dims, const Dims& out_dims, Randomness randomness,
+                   std::optional<int64_t> chunk_size, size_t num_args)
+    : impl_(new Impl{in_dims, out_dims, randomness, chunk_size, num_args, {}, 0, {}, 0, false, 0, {}, {}}) {
+  initialize();
+  STRATA_CHECK(num_args > 0, Value,
+               "vmap(fn)(<inputs>): got no inputs. Maybe you forgot to add inputs, or you are trying to vmap over a "
+               "function with no inputs. The latter is unsupported.");
+  if (in_dims.is_tuple()) {
+    STRATA_CHECK(in_dims.entries().size() == num_args, Value, impl_->prefix(),
+                 "in_dims is not compatible with the structure of `inputs`. in_dims has ", in_dims.entries().size(),
+                 " entr", in_dims.entries().size() == 1 ? "y" : "ies", " but inputs has ", num_args, " argument",
+                 num_args == 1 ? "" : "s", ".");
+  }
+  impl_->inputs.resize(num_args);
+}
+
+VmapCall::~VmapCall() {
+  impl_->popLevel();
+  delete impl_;
+}
+
+namespace {
+std::string typeName(const std::type_info& t) {
+  std::string n = demangle(t);
+  return n;
+}
+Dim checkInDim(const VmapCall::Impl& c, size_t arg, const std::string& where, const Dim& d, const Tensor& t) {
+  if (!d) return d;
+  const int64_t n = t.dim();
+  STRATA_CHECK(*d >= -n && *d < n, Value, c.prefix(), "Got in_dim=", *d, " for some input (", where,
+               "), but that input is a Tensor of dimensionality ", n, " so expected in_dim to satisfy -", n,
+               " <= in_dim < ", n, ".");
+  (void)arg;
+  return *d < 0 ? *d + n : *d;
+}
+}  // namespace
+
+void VmapCall::addTensor(size_t arg, const Tensor& t) {
+  const DimEntry& e = impl_->entryFor(arg);
+  const std::string where = "argument " + std::to_string(arg);
+  STRATA_CHECK(!e.is_list, Value, impl_->prefix(), "in_dims is not compatible with the structure of `inputs`: in_dim ",
+               e.str(), " is a list, but ", where, " is a Tensor.");
+  STRATA_CHECK(t.defined(), Value, impl_->prefix(), where, " is an undefined tensor");
+  Impl::Input& in = impl_->inputs[arg];
+  in.kind = Impl::Input::kTensor;
+  in.dims = {checkInDim(*impl_, arg, where, e.dim, t)};
+  in.ranks = {t.dim()};
+  in.sizes = {in.dims[0] ? t.sizes()[static_cast<size_t>(*in.dims[0])] : 0};
+}
+
+void VmapCall::addList(size_t arg, const std::vector<Tensor>& ts) {
+  const DimEntry& e = impl_->entryFor(arg);
+  Impl::Input& in = impl_->inputs[arg];
+  in.kind = Impl::Input::kList;
+  if (e.is_list) {
+    STRATA_CHECK(e.elements.size() == ts.size(), Value, impl_->prefix(),
+                 "in_dims is not compatible with the structure of `inputs`: in_dim ", e.str(), " has ",
+                 e.elements.size(), " entries, but argument ", arg, " is a list of ", ts.size(), " tensors.");
+  }
+  for (size_t k = 0; k < ts.size(); ++k) {
+    const std::string where = "argument " + std::to_string(arg) + ", element " + std::to_string(k);
+    STRATA_CHECK(ts[k].defined(), Value, impl_->prefix(), where, " is an undefined tensor");
+    in.dims.push_back(checkInDim(*impl_, arg, where, e.is_list ? e.elements[k] : e.dim, ts[k]));
+    in.ranks.push_back(ts[k].dim());
+    in.sizes.push_back(in.dims.back() ? ts[k].sizes()[static_cast<size_t>(*in.dims.back())] : 0);
+  }
+}
+
+void VmapCall::addOther(size_t arg, const std::type_info& type) {
+  const DimEntry& e = impl_->entryFor(arg);
+  Impl::Input& in = impl_->inputs[arg];
+  in.kind = Impl::Input::kOther;
+  in.type = &type;
+  STRATA_CHECK(!e.is_list && !e.dim, Value, impl_->prefix(), "Got in_dim=", e.str(), " for an input (argument ",
+               arg, ") but the input is of type ", typeName(type),
+               ". We cannot vmap over non-Tensor arguments, please use None as the respective in_dim");
+}
+
+void VmapCall::start() {
+  std::vector<int64_t> sizes;
+  for (const Impl::Input& in : impl_->inputs) {
+    for (size_t k = 0; k < in.dims.size(); ++k) {
+      if (in.dims[k]) sizes.push_back(in.sizes[k]);
+    }
+  }
+  STRATA_CHECK(!sizes.empty(), Value, "vmap: Expected at least one Tensor to vmap over (in_dims=",
+               impl_->in_dims.str(), " maps none of the inputs)");
+  for (int64_t s : sizes) {
+    if (s == sizes[0]) continue;
+    std::string list = "[";
+    for (size_t k = 0; k < sizes.size(); ++k) list += (k ? ", " : "") + std::to_string(sizes[k]);
+    STRATA_FAIL(Value, "vmap: Expected all tensors to have the same size in the mapped dimension, got sizes ", list,
+                "] for the mapped dimension");
+  }
+  impl_->batch_size = sizes[0];
+  const int64_t b = impl_->batch_size;
+  const int64_t step = impl_->chunk_size ? std::min<int64_t>(*impl_->chunk_size, std::max<int64_t>(b, 1)) : b;
+  if (b == 0 || step >= b) {
+    impl_->chunks = {{0, b}};
+  } else {
+    for (int64_t s = 0; s < b; s += step) impl_->chunks.push_back({s, std::min(step, b - s)});
+  }
+}
+
+size_t VmapCall::numChunks() const { return impl_->chunks.size(); }
+
+void VmapCall::enterChunk(size_t chunk) {
+  impl_->chunk = chunk;
+  impl_->level = tls.next_id++;
+  tls.visible.push_back(Level{impl_->level, impl_->chunks[chunk].length, impl_->randomness});
+  tls.alive.push_back(impl_->level);
+  impl_->in_chunk = true;
+  syncBatchedKey();
+}
+
+void VmapCall::exitChunk() { impl_->popLevel(); }
+
+namespace {
+// The chunk's part of a mapped input, wrapped at the level.
+Tensor wrapInput(const VmapCall::Impl& c, const Tensor& t, Dim d) {
+  if (!d) return t;
+  const VmapCall::Impl::Chunk& ch = c.chunks[c.chunk];
+  Tensor piece = t;
+  if (c.chunks.size() > 1) {
+    piece = t.wrapper() == nullptr ? t.slice(*d, ch.start, ch.start + ch.length) : ops::narrow(t, *d, ch.start, ch.length);
+  }
+  return makeBatched(piece, *d, c.level);
+}
+}  // namespace
+
+Tensor VmapCall::input(size_t arg, const Tensor& t) { return wrapInput(*impl_, t, impl_->inputs[arg].dims[0]); }
+
+std::vector<Tensor> VmapCall::inputList(size_t arg, const std::vector<Tensor>& ts) {
+  std::vector<Tensor> out;
+  out.reserve(ts.size());
+  for (size_t k = 0; k < ts.size(); ++k) out.push_back(wrapInput(*impl_, ts[k], impl_->inputs[arg].dims[k]));
+  return out;
+}
+
+void VmapCall::collectOutputs(size_t num_outputs, bool single_tensor, std::vector<Leaf>& leaves) {
+  Impl& c = *impl_;
+  const Dims& od = c.out_dims;
+  const std::string prefix = "vmap(fn, ..., out_dims=" + od.str() + ")(<inputs>): ";
+  if (od.is_tuple()) {
+    STRATA_CHECK(od.entries().size() == num_outputs, Value, prefix,
+                 "out_dims is not compatible with the structure of `outputs`. out_dims has ", od.entries().size(),
+                 " entr", od.entries().size() == 1 ? "y" : "ies", " but outputs has ", num_outputs, " output",
+                 num_outputs == 1 ? "" : "s", single_tensor ? " (one Tensor)." : ".");
+  }
+  if (c.results.empty()) {
+    c.results.resize(leaves.size());
+    c.leaf_dims.resize(leaves.size());
+  }
+  STRATA_CHECK(c.results.size() == leaves.size(), Value, "vmap(fn, ...): fn returned ", leaves.size(),
+               " values in one chunk and ", c.results.size(), " in another");
+  const int64_t batch = c.chunks[c.chunk].length;
+  size_t element = 0;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const Leaf& leaf = leaves[i];
+    element = (i > 0 && leaves[i - 1].output == leaf.output) ? element + 1 : 0;
+    const DimEntry& e = od.is_tuple() ? od.entries()[leaf.output] : od.all();
+    Dim d = e.dim;
+    if (e.is_list) {
+      STRATA_CHECK(element < e.elements.size(), Value, prefix, "out_dims is not compatible with the structure of "
+                   "`outputs`: out_dim ", e.str(), " has ", e.elements.size(), " entries for output ", leaf.output,
+                   ", which has more.");
+      d = e.elements[element];
+    }
+    if (leaf.tensor == nullptr) {
+      STRATA_CHECK(!d, Value, "vmap(fn, ...): `fn` must only return Tensors, got type ", typeName(*leaf.type),
+                   " (output ", leaf.output, "). Did you mean to set out_dims= to None for output?");
+      continue;
+    }
+    const Tensor& t = *leaf.tensor;
+    STRATA_CHECK(t.defined(), Value, "vmap(fn, ...): `fn` returned an undefined tensor (output ", leaf.output, ")");
+    const BatchedWrapper* b = batchedOf(t);
+    if (b != nullptr && b->level != c.level && !isVisible(b->level)) {
+      STRATA_FAIL(Value, "vmap(fn, ...): `fn` returned (output ", leaf.output, ") a batched tensor of vmap level ",
+                  b->level, ", which is not this vmap's level (", c.level, ") nor an outer one: it escaped its own vmap");
+    }
+    const bool mine = b != nullptr && b->level == c.level;
+    if (!d) {
+      STRATA_CHECK(!mine, Value, "vmap(fn, ...): `fn` can not return a BatchedTensor when out_dim is None (output ",
+                   leaf.output, ")");
+      c.results[i].push_back(t);
+      continue;
+    }
+    const int64_t rank = t.dim() + 1;
+    STRATA_CHECK(*d >= -rank && *d < rank, Index, prefix, "Dimension out of range (expected to be in range of [",
+                 -rank, ", ", rank - 1, "], but got ", *d, ") for output ", leaf.output, " of dimensionality ",
+                 rank - 1, " plus the batch dim");
+    const int64_t o = *d < 0 ? *d + rank : *d;
+    c.leaf_dims[i] = o;
+    Tensor out;
+    if (mine) {
+      out = b->bdim == o ? b->value : ops::movedim(b->value, b->bdim, o);
+    } else {
+      // Not batched at this level: the same value for every batch element.
+      std::vector<int64_t> size(static_cast<size_t>(rank), -1);
+      size[static_cast<size_t>(o)] = batch;
+      out = ops::expand(ops::unsqueeze(t, o), size);
+    }
+    c.results[i].push_back(std::move(out));
+  }
+}
+
+void VmapCall::finish(std::vector<Leaf>& leaves) {
+  Impl& c = *impl_;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (leaves[i].tensor == nullptr) continue;
+    std::vector<Tensor>& r = c.results[i];
+    if (r.size() == 1 || !c.leaf_dims[i]) {
+      *leaves[i].tensor = r[0];
+    } else {
+      *leaves[i].tensor = ops::cat(r, *c.leaf_dims[i]);
+    }
+  }
+}
+
+}  // namespace detail
+
+}  // namespace strata::modes

@@ -1,0 +1,44 @@
+// What the vmap layer's files share: batched tensors and the Batched kernel.
+#pragma once
+
+#include <string>
+
+#include "strata/modes/vmap.h"
+
+namespace strata::modes::detail {
+
+// A batched tensor's TensorWrapper (Note [Wrapper tensors], Note [vmap levels]).
+class BatchedWrapper final : public TensorWrapper {
+ public:
+  BatchedWrapper(Tensor v, int64_t b, uint64_t l);
+  std::string what() const override;
+  std::string str() const override;
+
+  const Tensor value;  // plain, or batched at an outer level
+  const int64_t bdim;  // 0 <= bdim < value.dim()
+  const uint64_t level;
+};
+
+// The wrapper of a tensor batched at any level; null for any other tensor.
+const BatchedWrapper* batchedOf(const Tensor& t);
+// value seen without its dim bdim, batched at level.
+Tensor makeBatched(const Tensor& value, int64_t bdim, uint64_t level);
+
+struct RuleData {
+  VmapRule fn;
+  // Run even when no argument is batched at the level (random ops: randomness decides).
+  bool runs_unbatched = false;
+};
+
+// The Batched kernel of every op: its rule (null: the for-loop fallback).
+void batchedKernel(const OperatorHandle& op, Stack& stack, const RuleData* rule);
+// The randomness of the current level (a rule with runs_unbatched reads it).
+Randomness currentRandomness();
+
+RegistrationHandleRAII addVmapRule(std::string_view op, VmapRule rule, bool runs_unbatched, bool allow_override,
+                                   const std::string& debug, const char* api);
+RegistrationHandleRAII registerVmapFallback();
+// The core:: ops' rules (batching_rules.cc), owner "builtin".
+void registerCoreBatchingRules(std::vector<RegistrationHandleRAII>& keep);
+
+}  // namespace strata::modes::detail

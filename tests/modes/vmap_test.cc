@@ -1,0 +1,780 @@
+// vmap: in_dims / out_dims and PyTorch's errors, batched tensors and levels (nested
+// vmaps, escapes), randomness, chunk_size, register_vmap, the for-loop fallback and
+// its warning, the core:: ops' rules against a loop, and the seeds' examples. Each
+// test defines its ops in its own namespace; its Library objects and rules die with
+// it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "../dispatch/test_util.h"
+#include "strata/dispatcher.h"
+#include "strata/library.h"
+#include "strata/local_dispatch_key_set.h"
+#include "strata/modes/dispatch_mode.h"
+#include "strata/modes/log_mode.h"
+#include "strata/modes/vmap.h"
+#include "strata/ops.h"
+#include "strata/tensor.h"
+
+namespace strata {
+namespace {
+
+using modes::Dim;
+using modes::DimEntry;
+using modes::InDims;
+using modes::VmapInfo;
+using modes::VmapResult;
+using modes::vmap;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using strata::testing::errorOf;
+
+Tensor rnd(std::vector<int64_t> shape, ScalarType dt = ScalarType::Float) { return ops::rand(shape, dt); }
+
+bool same(const Tensor& a, const Tensor& b) {
+  return a.sizes().size() == b.sizes().size() && std::equal(a.sizes().begin(), a.sizes().end(), b.sizes().begin()) &&
+         a.dtype() == b.dtype() && ops::allclose(a, b, 1e-5, 1e-6);
+}
+
+// The per-example loop: fn on each slice of the mapped inputs, stacked at dim 0.
+Tensor loop(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& in,
+            const std::vector<Dim>& dims) {
+  int64_t b = -1;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (dims[i]) b = in[i].size(*dims[i]);
+  }
+  std::vector<Tensor> outs;
+  for (int64_t k = 0; k < b; ++k) {
+    std::vector<Tensor> slice;
+    for (size_t i = 0; i < in.size(); ++i) slice.push_back(dims[i] ? in[i].select(*dims[i], k) : in[i]);
+    outs.push_back(fn(slice));
+  }
+  return ops::stack(outs, 0);
+}
+
+// A warning sink for a test's scope.
+class WarningsCaught {
+ public:
+  WarningsCaught() {
+    modes::set_warning_sink([this](std::string_view line) { lines.emplace_back(line); });
+  }
+  ~WarningsCaught() { modes::set_warning_sink(nullptr); }
+  std::vector<std::string> lines;
+};
+
+// --- vmap(): in_dims, out_dims and their errors. --------------------------------
+
+TEST(VmapApi, MapsATensorFunctionOverDimZero) {
+  const Tensor x = rnd({5, 3});
+  const Tensor y = vmap([](const Tensor& t) { return ops::sin(t); })(x);
+  EXPECT_TRUE(same(y, ops::sin(x)));
+  EXPECT_FALSE(modes::is_batched(y));
+  EXPECT_EQ(modes::vmap_depth(), 0u);
+  EXPECT_FALSE(tls_local_dispatch_key_set().included.has(DispatchKey::Batched));
+}
+
+TEST(VmapApi, TheFunctionSeesTheLogicalShape) {
+  std::vector<int64_t> seen;
+  const Tensor x = rnd({4, 2, 3});
+  vmap([&](const Tensor& t) {
+    seen.assign(t.sizes().begin(), t.sizes().end());
+    EXPECT_TRUE(modes::is_batched(t));
+    EXPECT_EQ(modes::maybe_get_bdim(t), Dim(1));
+    return t;
+  }, 1)(x);
+  EXPECT_THAT(seen, ElementsAre(4, 3));
+}
+
+TEST(VmapApi, InDimsPerArgumentWithNoneAndNonTensors) {
+  const Tensor x = rnd({6, 3}), w = rnd({3});
+  auto f = [](const Tensor& a, const Tensor& b, double c) { return ops::add(ops::mul(a, b), c); };
+  const Tensor y = vmap(f, {0, std::nullopt, std::nullopt})(x, w, 2.0);
+  EXPECT_TRUE(same(y, ops::add(ops::mul(x, w), 2.0)));
+}
+
+TEST(VmapApi, NegativeInDimsAreNormalized) {
+  const Tensor x = rnd({3, 5});
+  auto f = [](const Tensor& t) { return ops::mul(t, 2.0); };
+  EXPECT_TRUE(same(vmap(f, -1)(x), vmap(f, 1)(x)));
+  EXPECT_TRUE(same(vmap(f, -1)(x), ops::transpose(ops::mul(x, 2.0), 0, 1)));
+}
+
+TEST(VmapApi, OutDimsMoveTheBatchDim) {
+  const Tensor x = rnd({5, 3});
+  auto f = [](const Tensor& t) { return ops::exp(t); };
+  const Tensor y = vmap(f, 0, 1)(x);
+  EXPECT_THAT(std::vector<int64_t>(y.sizes().begin(), y.sizes().end()), ElementsAre(3, 5));
+  EXPECT_TRUE(same(y, ops::transpose(ops::exp(x), 0, 1)));
+  EXPECT_TRUE(same(vmap(f, 0, -1)(x), y));
+}
+
+TEST(VmapApi, TupleOutputsWithOutDimsPerOutput) {
+  const Tensor x = rnd({4, 2});
+  auto f = [](const Tensor& t) { return std::make_tuple(ops::sin(t), ops::cos(t)); };
+  auto [s, c] = vmap(f, 0, {1, 0})(x);
+  EXPECT_TRUE(same(s, ops::transpose(ops::sin(x), 0, 1)));
+  EXPECT_TRUE(same(c, ops::cos(x)));
+  auto [s2, c2] = vmap([](const Tensor& t) { return std::make_pair(ops::neg(t), t); })(x);
+  EXPECT_TRUE(same(s2, ops::neg(x)));
+  EXPECT_TRUE(same(c2, x));
+}
+
+TEST(VmapApi, ListsInAndOut) {
+  const Tensor a = rnd({3, 2}), b = rnd({2, 3});
+  auto f = [](const std::vector<Tensor>& ts) { return std::vector<Tensor>{ops::add(ts[0], ts[1]), ts[0]}; };
+  const std::vector<Tensor> out = vmap(f, {std::vector<Dim>{0, 1}})(std::vector<Tensor>{a, b});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(same(out[0], ops::add(a, ops::transpose(b, 0, 1))));
+  EXPECT_TRUE(same(out[1], a));
+}
+
+TEST(VmapApi, AnUnbatchedOutputIsExpandedOrPassedWithNone) {
+  const Tensor x = rnd({4, 2}), w = rnd({2});
+  auto f = [&](const Tensor&) { return w; };
+  const Tensor y = vmap(f)(x);
+  EXPECT_TRUE(same(y, ops::expand(ops::unsqueeze(w, 0), {4, 2})));
+  EXPECT_TRUE(same(vmap(f, 0, std::nullopt)(x), w));
+}
+
+TEST(VmapApi, ErrorsArePyTorchs) {
+  const Tensor x = rnd({3, 2}), y = rnd({4, 2});
+  auto add = [](const Tensor& a, const Tensor& b) { return ops::add(a, b); };
+  EXPECT_THAT(errorOf([&] { vmap(add)(x, y); }),
+              HasSubstr("Expected all tensors to have the same size in the mapped dimension, got sizes [3, 4] for "
+                        "the mapped dimension"));
+  EXPECT_THAT(errorOf([&] { vmap(add, std::nullopt)(x, y); }), HasSubstr("Expected at least one Tensor to vmap over"));
+  EXPECT_THAT(errorOf([&] { vmap(add, {0, 2})(x, y); }),
+              AllOf(HasSubstr("Got in_dim=2 for some input (argument 1)"),
+                    HasSubstr("Tensor of dimensionality 2 so expected in_dim to satisfy -2 <= in_dim < 2")));
+  EXPECT_THAT(errorOf([&] { vmap(add, {0, 0, 0})(x, x); }),
+              AllOf(HasSubstr("in_dims is not compatible with the structure of `inputs`"),
+                    HasSubstr("in_dims has 3 entries but inputs has 2 arguments")));
+  auto scale = [](const Tensor& a, double c) { return ops::mul(a, c); };
+  EXPECT_THAT(errorOf([&] { vmap(scale)(x, 2.0); }),
+              AllOf(HasSubstr("Got in_dim=0 for an input (argument 1) but the input is of type double"),
+                    HasSubstr("please use None as the respective in_dim")));
+  EXPECT_THAT(errorOf([] { vmap([] { return Tensor(); })(); }), HasSubstr("got no inputs"));
+  EXPECT_THAT(errorOf([&] { vmap([](const Tensor& t) { return t; }, 0, std::nullopt)(x); }),
+              HasSubstr("can not return a BatchedTensor when out_dim is None"));
+  EXPECT_THAT(errorOf([&] { vmap([](const Tensor& t) { return std::make_tuple(t, 1.5); })(x); }),
+              AllOf(HasSubstr("must only return Tensors, got type double (output 1)"),
+                    HasSubstr("Did you mean to set out_dims= to None for output?")));
+  EXPECT_THAT(errorOf([&] { vmap([](const Tensor& t) { return std::make_tuple(t, t); }, 0, {0, 0, 0})(x); }),
+              AllOf(HasSubstr("out_dims is not compatible with the structure of `outputs`"),
+                    HasSubstr("out_dims has 3 entries but outputs has 2 outputs")));
+  EXPECT_THAT(errorOf([&] { vmap([](const Tensor& t) { return t; }, 0, 3)(x); }),
+              HasSubstr("Dimension out of range (expected to be in range of [-2, 1], but got 3)"));
+  EXPECT_THAT(errorOf([&] { vmap(add, 0, 0, "sometimes"); }),
+              HasSubstr("Only allowed values for randomness are 'error', 'different', or 'same'. Got sometimes"));
+  EXPECT_THAT(errorOf([&] { vmap(add, 0, 0, "error", 0); }),
+              HasSubstr("vmap: chunk_size should be None or greater than 0. (got 0)"));
+  // A failed call leaves no level behind.
+  EXPECT_EQ(modes::vmap_depth(), 0u);
+  EXPECT_FALSE(tls_local_dispatch_key_set().included.has(DispatchKey::Batched));
+}
+
+TEST(VmapApi, AnExceptionInsideLeavesNoLevelBehind) {
+  const Tensor x = rnd({3, 2});
+  EXPECT_THROW(vmap([](const Tensor& t) -> Tensor { STRATA_FAIL(Value, "boom ", t.dim()); })(x), Error);
+  EXPECT_EQ(modes::vmap_depth(), 0u);
+  EXPECT_FALSE(tls_local_dispatch_key_set().included.has(DispatchKey::Batched));
+}
+
+// --- Batched tensors and levels. -------------------------------------------------
+
+TEST(VmapLevels, NestedVmapsWithDifferentInDims) {
+  const Tensor x = rnd({2, 3, 4});  // map dim 0 outside, dim 1 (of the rest) inside
+  auto inner = vmap([](const Tensor& t) { return ops::sum(ops::mul(t, t)); }, 1);
+  const Tensor y = vmap(inner, 0)(x);
+  EXPECT_THAT(std::vector<int64_t>(y.sizes().begin(), y.sizes().end()), ElementsAre(2, 4));
+  EXPECT_TRUE(same(y, ops::sum(ops::mul(x, x), std::vector<int64_t>{1})));
+}
+
+TEST(VmapLevels, ARuleSeesOnlyItsLevel) {
+  Library lib(Library::DEF, "vmaplevels");
+  lib.def("pair(Tensor a, Tensor b) -> Tensor");
+  Library cpu(Library::IMPL, "vmaplevels", DispatchKey::CPU);
+  cpu.impl("pair", [](const Tensor& a, const Tensor& b) { return ops::add(a, b); });
+  struct Seen {
+    int64_t batch;
+    InDims in_dims;
+    bool a_batched;
+    std::optional<uint64_t> a_level;
+  };
+  std::vector<Seen> seen;
+  const OperatorHandle op = Dispatcher::singleton().findSchemaOrThrow("vmaplevels::pair");
+  auto rule = modes::register_vmap("vmaplevels::pair", [&](const VmapInfo& info, const InDims& in_dims, Stack& args) {
+    seen.push_back({info.batch_size, in_dims, modes::is_batched(args[0].toTensor()),
+                    modes::maybe_get_level(args[0].toTensor())});
+    Tensor a = modes::move_bdim_to_front(args[0].toTensor(), in_dims[0], info.batch_size);
+    Tensor b = modes::move_bdim_to_front(args[1].toTensor(), in_dims[1], info.batch_size);
+    Stack s{a, b};
+    op.callBoxed(s);
+    return VmapResult{{s[0]}, {0}};
+  });
+  const Tensor X = rnd({2, 3}), Y = rnd({5, 3});
+  auto call = [&](const Tensor& a, const Tensor& b) {
+    Stack s{a, b};
+    op.callBoxed(s);
+    return s[0].toTensor();
+  };
+  // x is batched at the outer level only; the inner rule sees it as a plain tensor.
+  const Tensor out = vmap([&](const Tensor& x) { return vmap([&](const Tensor& y) { return call(x, y); })(Y); })(X);
+  EXPECT_THAT(std::vector<int64_t>(out.sizes().begin(), out.sizes().end()), ElementsAre(2, 5, 3));
+  EXPECT_TRUE(same(out, ops::add(ops::unsqueeze(X, 1), ops::unsqueeze(Y, 0))));
+  ASSERT_EQ(seen.size(), 2u);
+  // Inner level first: batch 5, x not mapped here (it is the outer level's batched tensor).
+  EXPECT_EQ(seen[0].batch, 5);
+  EXPECT_EQ(seen[0].in_dims, (InDims{std::nullopt, 0}));
+  EXPECT_TRUE(seen[0].a_batched);
+  // Then the outer level, when the inner rule's call reached it: batch 2.
+  EXPECT_EQ(seen[1].batch, 2);
+  EXPECT_EQ(seen[1].in_dims, (InDims{0, std::nullopt}));
+  EXPECT_FALSE(seen[1].a_batched);
+}
+
+TEST(VmapLevels, AnEscapedBatchedTensorIsAnError) {
+  Tensor leaked;
+  const Tensor x = rnd({3, 2});
+  vmap([&](const Tensor& t) {
+    leaked = t;
+    return t;
+  })(x);
+  ASSERT_TRUE(modes::is_batched(leaked));
+  EXPECT_THAT(errorOf([&] { ops::sin(leaked); }),
+              AllOf(HasSubstr("core::sin got a batched tensor of vmap level"), HasSubstr("whose vmap has returned")));
+  EXPECT_THAT(errorOf([&] { leaked.data_ptr(); }),
+              AllOf(HasSubstr("data_ptr() needs a tensor's data"), HasSubstr("a batched tensor (vmap level")));
+  EXPECT_THAT(leaked.str(), HasSubstr("BatchedTensor(lvl="));
+  // Returned from an inner vmap into an outer one: also an escape.
+  EXPECT_THAT(errorOf([&] {
+                vmap([&](const Tensor& t) {
+                  Tensor inner_leak;
+                  vmap([&](const Tensor& u) {
+                    inner_leak = u;
+                    return u;
+                  })(t);
+                  return inner_leak;
+                })(rnd({2, 3, 4}));
+              }),
+              HasSubstr("escaped its own vmap"));
+}
+
+TEST(VmapLevels, TensorMethodsOnBatchedTensorsGoThroughTheOps) {
+  const Tensor x = rnd({4, 2, 3});
+  const Tensor y = vmap([](const Tensor& t) { return t.transpose(0, 1).contiguous().reshape({6}).select(0, 1); })(x);
+  EXPECT_TRUE(same(y, ops::select(ops::reshape(ops::contiguous(ops::transpose(x, 1, 2)), {4, 6}), 1, 1)));
+  EXPECT_THAT(errorOf([&] { vmap([](const Tensor& t) { return t.permute({1, 0}); })(x); }),
+              HasSubstr("permute() needs a tensor's data"));
+}
+
+// --- randomness and chunk_size. -------------------------------------------------
+
+TEST(VmapRandomness, ErrorSameAndDifferent) {
+  const Tensor x = ops::zeros({4, 3});
+  auto f = [](const Tensor& t) { return ops::add(t, ops::rand({3})); };
+  EXPECT_THAT(errorOf([&] { vmap(f)(x); }),
+              HasSubstr("vmap: called random operation while in randomness error mode"));
+  EXPECT_THAT(errorOf([&] { vmap([](const Tensor& t) { return ops::rand_like(t); })(x); }),
+              HasSubstr("randomness error mode"));
+  const Tensor same_rows = vmap(f, 0, 0, "same")(x);
+  const Tensor diff_rows = vmap(f, 0, 0, "different")(x);
+  for (int64_t i = 1; i < 4; ++i) {
+    EXPECT_TRUE(same_rows.select(0, i).equal(same_rows.select(0, 0)));
+    EXPECT_FALSE(diff_rows.select(0, i).equal(diff_rows.select(0, 0)));
+  }
+  const Tensor like_same = vmap([](const Tensor& t) { return ops::rand_like(t); }, 0, 0, "same")(x);
+  const Tensor like_diff = vmap([](const Tensor& t) { return ops::rand_like(t); }, 0, 0, "different")(x);
+  EXPECT_TRUE(like_same.select(0, 3).equal(like_same.select(0, 0)));
+  EXPECT_FALSE(like_diff.select(0, 3).equal(like_diff.select(0, 0)));
+  EXPECT_THAT(std::vector<int64_t>(like_diff.sizes().begin(), like_diff.sizes().end()), ElementsAre(4, 3));
+}
+
+TEST(VmapRandomness, TheRuleSeesTheRandomness) {
+  Library lib(Library::DEF, "vmaprand");
+  lib.def("noise(Tensor x) -> Tensor");
+  Library cpu(Library::IMPL, "vmaprand", DispatchKey::CPU);
+  cpu.impl("noise", [](const Tensor& x) { return ops::clone(x); });
+  std::vector<modes::Randomness> seen;
+  auto rule = modes::register_vmap("vmaprand::noise", [&](const VmapInfo& info, const InDims& d, Stack& args) {
+    seen.push_back(info.randomness);
+    return VmapResult{{args[0]}, {d[0]}};
+  });
+  const OperatorHandle op = Dispatcher::singleton().findSchemaOrThrow("vmaprand::noise");
+  auto f = [&](const Tensor& t) {
+    Stack s{t};
+    op.callBoxed(s);
+    return s[0].toTensor();
+  };
+  vmap(f, 0, 0, "different")(rnd({2, 2}));
+  vmap(f, 0, 0, "same")(rnd({2, 2}));
+  EXPECT_THAT(seen, ElementsAre(modes::Randomness::different, modes::Randomness::same));
+}
+
+TEST(VmapChunks, ChunkSizeEqualsTheUnchunkedResult) {
+  const Tensor x = rnd({7, 3}), w = rnd({3, 2});
+  auto f = [&](const Tensor& t) { return std::make_tuple(ops::matmul(t, w), ops::sum(t)); };
+  auto [full_a, full_b] = vmap(f, 0, {1, 0})(x);
+  for (int64_t chunk : {1, 2, 3, 7, 100}) {
+    auto [a, b] = vmap(f, 0, {1, 0}, "error", chunk)(x);
+    EXPECT_TRUE(same(a, full_a)) << "chunk_size " << chunk;
+    EXPECT_TRUE(same(b, full_b)) << "chunk_size " << chunk;
+  }
+}
+
+// --- register_vmap. -----------------------------------------------------------------
+
+struct ScaleOp {
+  Library def{Library::DEF, "vmapscale"};
+  Library cpu{Library::IMPL, "vmapscale", DispatchKey::CPU};
+  int calls = 0;
+  OperatorHandle op = define();
+  OperatorHandle define() {
+    def.def("scale(Tensor x, float s) -> Tensor");
+    def.def("scale_(Tensor(a!) x, Tensor y) -> Tensor(a!)");
+    def.def("same(Tensor x, Tensor y) -> bool");
+    def.def("alias(Tensor(a) x) -> Tensor(a)");
+    cpu.impl("scale", [this](const Tensor& x, double s) {
+      ++calls;
+      return ops::mul(x, s);
+    });
+    cpu.impl("scale_", [this](Tensor& x, const Tensor& y) -> Tensor& {
+      ++calls;
+      ops::copy_(x, ops::mul(x, y));
+      return x;
+    });
+    cpu.impl("same", [](const Tensor& x, const Tensor& y) { return x.equal(y); });
+    cpu.impl("alias", [](const Tensor& x) { return x; });
+    return Dispatcher::singleton().findSchemaOrThrow("vmapscale::scale");
+  }
+  Tensor operator()(const Tensor& x, double s) const {
+    Stack st{x, s};
+    op.callBoxed(st);
+    return st[0].toTensor();
+  }
+};
+
+TEST(RegisterVmap, TheRuleRunsOnceForTheBatch) {
+  ScaleOp scale;
+  std::vector<VmapInfo> infos;
+  auto rule = modes::register_vmap("vmapscale::scale", [&](const VmapInfo& info, const InDims& d, Stack& args) {
+    infos.push_back(info);
+    EXPECT_EQ(d, (InDims{1, std::nullopt}));
+    EXPECT_FALSE(modes::is_batched(args[0].toTensor()));
+    Stack s{args[0], args[1]};
+    scale.op.callBoxed(s);
+    return VmapResult{{s[0]}, {1}};
+  });
+  const Tensor x = rnd({3, 8});
+  const Tensor y = vmap([&](const Tensor& t) { return scale(t, 2.0); }, 1)(x);
+  EXPECT_TRUE(same(y, ops::transpose(ops::mul(x, 2.0), 0, 1)));
+  ASSERT_EQ(infos.size(), 1u);
+  EXPECT_EQ(infos[0].batch_size, 8);
+  EXPECT_EQ(infos[0].randomness, modes::Randomness::error);
+  EXPECT_EQ(scale.calls, 1);
+}
+
+TEST(RegisterVmap, AnOpWithNoBatchedArgumentRunsPlainly) {
+  ScaleOp scale;
+  int rule_calls = 0;
+  auto rule = modes::register_vmap("vmapscale::scale", [&](const VmapInfo&, const InDims& d, Stack& args) {
+    ++rule_calls;
+    return VmapResult{{args[0]}, {d[0]}};
+  });
+  const Tensor w = rnd({3});
+  const Tensor y = vmap([&](const Tensor& t) { return ops::add(t, scale(w, 3.0)); })(rnd({4, 3}));
+  EXPECT_EQ(rule_calls, 0);
+  EXPECT_EQ(scale.calls, 1);
+  EXPECT_THAT(std::vector<int64_t>(y.sizes().begin(), y.sizes().end()), ElementsAre(4, 3));
+}
+
+TEST(RegisterVmap, WhatTheRuleReturnsIsChecked) {
+  ScaleOp scale;
+  const Tensor x = rnd({4, 3});
+  auto f = [&](const Tensor& t) { return scale(t, 2.0); };
+  {
+    auto rule = modes::register_vmap("vmapscale::scale", [](const VmapInfo&, const InDims&, Stack& args) {
+      return VmapResult{{args[0], args[0]}, {0, 0}};
+    });
+    EXPECT_THAT(errorOf([&] { vmap(f)(x); }),
+                HasSubstr("the batching rule for vmapscale::scale returned 2 outputs, but the op has 1"));
+  }
+  {
+    auto rule = modes::register_vmap("vmapscale::scale", [](const VmapInfo&, const InDims&, Stack& args) {
+      return VmapResult{{args[0]}, {5}};
+    });
+    EXPECT_THAT(errorOf([&] { vmap(f)(x); }),
+                HasSubstr("the batching rule for vmapscale::scale returned out_dim 5 for output 0, a tensor of "
+                          "dimensionality 2, so expected -2 <= out_dim < 2"));
+  }
+  {
+    auto rule = modes::register_vmap("vmapscale::scale", [](const VmapInfo&, const InDims&, Stack& args) {
+      return VmapResult{{args[0]}, {}};
+    });
+    EXPECT_THAT(errorOf([&] { vmap(f)(x); }), HasSubstr("returned 0 out_dims for 1 output"));
+  }
+  EXPECT_EQ(modes::vmap_depth(), 0u);
+}
+
+TEST(RegisterVmap, ASecondRuleNeedsAllowOverride) {
+  ScaleOp scale;
+  auto id = [](const VmapInfo&, const InDims& d, Stack& args) { return VmapResult{{args[0]}, {d[0]}}; };
+  RegistrationHandleRAII first;
+  {
+    RegistrationOwnerGuard owner("first_bundle@1.0.0");
+    first = modes::register_vmap("vmapscale::scale", id);
+  }
+  EXPECT_THAT(errorOf([&] { modes::register_vmap("vmapscale::scale", id); }),
+              AllOf(HasSubstr("vmapscale::scale already has a batching rule, registered by 'first_bundle@1.0.0'"),
+                    HasSubstr("Pass allow_override")));
+  EXPECT_THAT(errorOf([&] { modes::register_vmap("vmapscale::nope", id); }),
+              HasSubstr("no operator named vmapscale::nope has a schema"));
+  auto second = modes::register_vmap("vmapscale::scale", id, /*allow_override=*/true);
+  EXPECT_THAT(dump("vmapscale::scale"), HasSubstr("vmap batching rule"));
+}
+
+TEST(RegisterVmap, RemovingOrDisablingTheRuleFallsBackToTheLoop) {
+  ScaleOp scale;
+  int rule_calls = 0;
+  auto f = [&](const Tensor& t) { return scale(t, 2.0); };
+  const Tensor x = rnd({4, 3});
+  WarningsCaught warnings;
+  modes::reset_vmap_fallback_warnings();
+  {
+    auto rule = modes::register_vmap("vmapscale::scale", [&](const VmapInfo&, const InDims& d, Stack& args) {
+      ++rule_calls;
+      Stack s{args[0], args[1]};
+      scale.op.callBoxed(s);
+      return VmapResult{{s[0]}, {d[0]}};
+    });
+    EXPECT_TRUE(same(vmap(f)(x), ops::mul(x, 2.0)));
+    EXPECT_EQ(rule_calls, 1);
+    const OperatorName name = parseOperatorName("vmapscale::scale");
+    Dispatcher::singleton().setKernelEnabled(name, DispatchKey::Batched, false);
+    scale.calls = 0;
+    EXPECT_TRUE(same(vmap(f)(x), ops::mul(x, 2.0)));
+    EXPECT_EQ(rule_calls, 1);
+    EXPECT_EQ(scale.calls, 4);  // the loop: one call per batch element
+    Dispatcher::singleton().setKernelEnabled(name, DispatchKey::Batched, true);
+    vmap(f)(x);
+    EXPECT_EQ(rule_calls, 2);
+  }
+  scale.calls = 0;
+  EXPECT_TRUE(same(vmap(f)(x), ops::mul(x, 2.0)));
+  EXPECT_EQ(scale.calls, 4);
+}
+
+// --- The for-loop fallback. --------------------------------------------------------
+
+TEST(VmapFallback, LoopsWarnsOnceAndCanBeTurnedOff) {
+  ScaleOp scale;
+  WarningsCaught warnings;
+  modes::reset_vmap_fallback_warnings();
+  const Tensor x = rnd({5, 3});
+  auto f = [&](const Tensor& t) { return scale(t, 3.0); };
+  EXPECT_TRUE(same(vmap(f)(x), ops::mul(x, 3.0)));
+  EXPECT_TRUE(same(vmap(f, 1)(ops::transpose(x, 0, 1)), ops::mul(x, 3.0)));
+  EXPECT_EQ(scale.calls, 10);
+  EXPECT_THAT(warnings.lines,
+              ElementsAre("vmap: no batching rule for vmapscale::scale; running a slow for-loop fallback, 5 calls"));
+  modes::set_vmap_fallback_enabled(false);
+  const std::string err = errorOf([&] { vmap(f)(x); });
+  modes::set_vmap_fallback_enabled(true);
+  EXPECT_THAT(err, AllOf(HasSubstr("Batching rule not implemented for vmapscale::scale"),
+                         HasSubstr("We could not generate a fallback")));
+  EXPECT_TRUE(modes::is_vmap_fallback_enabled());
+}
+
+TEST(VmapFallback, InPlaceWritesEachSlice) {
+  ScaleOp scale;
+  const OperatorHandle op = Dispatcher::singleton().findSchemaOrThrow("vmapscale::scale_");
+  Tensor x = rnd({4, 3});
+  const Tensor before = ops::clone(x), y = rnd({4, 3});
+  auto f = [&](const Tensor& a, const Tensor& b) {
+    Stack s{a, b};
+    op.callBoxed(s);
+    EXPECT_TRUE(modes::is_batched(s[0].toTensor()));  // the same batched self comes back
+    return s[0].toTensor();
+  };
+  const Tensor out = vmap(f)(x, y);
+  EXPECT_TRUE(same(x, ops::mul(before, y)));
+  EXPECT_TRUE(same(out, x));
+  EXPECT_EQ(scale.calls, 4);
+  // self not batched, other batched: PyTorch's error.
+  const Tensor w = rnd({3});
+  EXPECT_THAT(errorOf([&] { vmap(f, {std::nullopt, 0})(w, y); }),
+              AllOf(HasSubstr("vmap: vmapscale::scale_(x, *extra_args) is not possible"),
+                    HasSubstr("`other` being vmapped over but `x` not being vmapped over")));
+}
+
+TEST(VmapFallback, RefusesWhatItCannotDo) {
+  ScaleOp scale;
+  const OperatorHandle same_op = Dispatcher::singleton().findSchemaOrThrow("vmapscale::same");
+  const OperatorHandle alias_op = Dispatcher::singleton().findSchemaOrThrow("vmapscale::alias");
+  const Tensor x = rnd({3, 2});
+  EXPECT_THAT(errorOf([&] {
+                vmap([&](const Tensor& t) {
+                  Stack s{t, t};
+                  same_op.callBoxed(s);
+                  return t;
+                })(x);
+              }),
+              AllOf(HasSubstr("Batching rule not implemented for vmapscale::same"),
+                    HasSubstr("returns something else")));
+  EXPECT_THAT(errorOf([&] {
+                vmap([&](const Tensor& t) {
+                  Stack s{t};
+                  alias_op.callBoxed(s);
+                  return s[0].toTensor();
+                })(x);
+              }),
+              HasSubstr("the fallback path doesn't work on out= or view ops"));
+  // core::allclose returns a bool: no rule, and the fallback cannot stack bools.
+  EXPECT_THAT(errorOf([&] {
+                vmap([&](const Tensor& t) {
+                  ops::allclose(t, t);
+                  return t;
+                })(x);
+              }),
+              HasSubstr("Batching rule not implemented for core::allclose"));
+}
+
+TEST(VmapFallback, ExplainSaysRuleOrFallback) {
+  ScaleOp scale;
+  const Tensor x = rnd({3, 2});
+  std::string seen;
+  vmap([&](const Tensor& t) {
+    const Explanation ex = explain(scale.op, Stack{t, 2.0});
+    seen = ex.str();
+    return t;
+  })(x);
+  EXPECT_THAT(seen, AllOf(HasSubstr("Batched"), HasSubstr("vmap for-loop fallback"),
+                          HasSubstr("no batching rule for vmapscale::scale; for-loop fallback, 3 calls")));
+  auto rule = modes::register_vmap("vmapscale::scale", [&](const VmapInfo&, const InDims& d, Stack& args) {
+    Stack s{args[0], args[1]};
+    scale.op.callBoxed(s);
+    return VmapResult{{s[0]}, {d[0]}};
+  });
+  vmap([&](const Tensor& t) {
+    seen = explain(scale.op, Stack{t, 2.0}).str();
+    return t;
+  })(x);
+  EXPECT_THAT(seen, AllOf(HasSubstr("vmap batching rule"), HasSubstr("batching rule with in_dims (0, None)"),
+                          HasSubstr("out_dims (0,)")));
+}
+
+// --- The core:: ops' rules agree with a loop, the batch dim at every position. ----
+
+struct RuleCase {
+  std::string name;
+  std::vector<std::vector<int64_t>> shapes;  // logical shapes
+  std::vector<bool> mapped;
+  std::function<Tensor(const std::vector<Tensor>&)> fn;
+  ScalarType dtype = ScalarType::Float;
+  std::vector<ScalarType> dtypes = {};  // per input, when they differ
+  bool view_only_at_front = false;      // core::view: a non-contiguous slice cannot be viewed
+};
+
+void PrintTo(const RuleCase& c, std::ostream* os) { *os << c.name; }
+
+class CoreBatchingRules : public ::testing::TestWithParam<RuleCase> {};
+
+TEST_P(CoreBatchingRules, AgreeWithTheLoop) {
+  const RuleCase& c = GetParam();
+  constexpr int64_t B = 3;
+  int64_t max_rank = 0;
+  for (const auto& s : c.shapes) max_rank = std::max<int64_t>(max_rank, static_cast<int64_t>(s.size()));
+  for (int64_t p = 0; p <= max_rank; ++p) {
+    std::vector<Tensor> in;
+    std::vector<Dim> dims;
+    for (size_t i = 0; i < c.shapes.size(); ++i) {
+      std::vector<int64_t> shape = c.shapes[i];
+      const ScalarType dt = c.dtypes.empty() ? c.dtype : c.dtypes[i];
+      if (!c.mapped[i]) {
+        in.push_back(isFloatingType(dt) ? ops::add(rnd(shape, dt), 0.5) : ops::to(ops::mul(rnd(shape), 10.0), dt));
+        dims.push_back(std::nullopt);
+        continue;
+      }
+      const int64_t at = std::min<int64_t>(p, static_cast<int64_t>(shape.size()));
+      shape.insert(shape.begin() + at, B);
+      in.push_back(isFloatingType(dt) ? ops::add(rnd(shape, dt), 0.5) : ops::to(ops::mul(rnd(shape), 10.0), dt));
+      dims.push_back(at);
+    }
+    const Tensor want_or_error = [&] {
+      try {
+        return loop(c.fn, in, dims);
+      } catch (const Error&) {
+        return Tensor();
+      }
+    }();
+    modes::set_vmap_fallback_enabled(false);  // a rule must serve: the fallback would throw
+    Tensor got;
+    std::string err;
+    try {
+      got = vmap([&](const std::vector<Tensor>& ts) { return c.fn(ts); }, {DimEntry(dims)})(in);
+    } catch (const Error& e) {
+      err = e.what();
+    }
+    modes::set_vmap_fallback_enabled(true);
+    if (!want_or_error.defined()) {
+      EXPECT_FALSE(err.empty()) << c.name << ": the loop failed at batch dim " << p << " but vmap did not";
+      EXPECT_TRUE(c.view_only_at_front) << c.name << ": an unexpected failure of the loop at batch dim " << p;
+      continue;
+    }
+    ASSERT_TRUE(err.empty()) << c.name << " at batch dim " << p << ": " << err;
+    EXPECT_TRUE(same(got, want_or_error)) << c.name << " at batch dim " << p << ":\n"
+                                          << got.str() << "\nvs the loop:\n" << want_or_error.str();
+  }
+}
+
+using V = const std::vector<Tensor>&;
+const RuleCase kRuleCases[] = {
+    {"add", {{2, 4}, {2, 4}}, {true, true}, [](V t) { return ops::add(t[0], t[1], 2); }},
+    {"add_broadcast", {{2, 4}, {4}}, {true, true}, [](V t) { return ops::add(t[0], t[1]); }},
+    {"add_unbatched_other", {{2, 4}, {4}}, {true, false}, [](V t) { return ops::add(t[0], t[1]); }},
+    {"sub_rank_mismatch", {{4}, {3, 4}}, {true, true}, [](V t) { return ops::sub(t[0], t[1]); }},
+    {"mul", {{3}, {3}}, {true, false}, [](V t) { return ops::mul(t[0], t[1]); }},
+    {"div", {{2, 2}, {2, 2}}, {false, true}, [](V t) { return ops::div(t[0], t[1]); }},
+    {"mul_zero_dim_promotion", {{}, {3}}, {true, true}, [](V t) { return ops::mul(t[0], t[1]); },
+     ScalarType::Float, {ScalarType::Double, ScalarType::Float}},
+    {"add_int_float", {{3}, {3}}, {true, true}, [](V t) { return ops::add(t[0], t[1]); }, ScalarType::Float,
+     {ScalarType::Long, ScalarType::Float}},
+    {"add_scalar", {{2, 3}}, {true}, [](V t) { return ops::add(t[0], 1.5); }},
+    {"sub_scalar", {{2, 3}}, {true}, [](V t) { return ops::sub(t[0], 1.5, 2); }},
+    {"mul_scalar", {{2, 3}}, {true}, [](V t) { return ops::mul(t[0], 3.0); }},
+    {"div_scalar", {{2, 3}}, {true}, [](V t) { return ops::div(t[0], 4.0); }},
+    {"neg", {{2, 3}}, {true}, [](V t) { return ops::neg(t[0]); }},
+    {"sin", {{2, 3}}, {true}, [](V t) { return ops::sin(t[0]); }},
+    {"cos", {{3}}, {true}, [](V t) { return ops::cos(t[0]); }},
+    {"exp", {{}}, {true}, [](V t) { return ops::exp(t[0]); }},
+    {"sum", {{2, 3}}, {true}, [](V t) { return ops::sum(t[0]); }},
+    {"sum_0d", {{}}, {true}, [](V t) { return ops::sum(t[0]); }},
+    {"sum_int", {{4}}, {true}, [](V t) { return ops::sum(t[0]); }, ScalarType::Int},
+    {"sum_dim", {{2, 3, 4}}, {true}, [](V t) { return ops::sum(t[0], std::vector<int64_t>{-1, 0}); }},
+    {"sum_dim_keepdim", {{2, 3}}, {true}, [](V t) { return ops::sum(t[0], std::vector<int64_t>{1}, true); }},
+    {"sum_dim_none", {{2, 3}}, {true}, [](V t) { return ops::sum(t[0], std::nullopt, false, ScalarType::Double); }},
+    {"matmul_dot", {{3}, {3}}, {true, true}, [](V t) { return ops::matmul(t[0], t[1]); }},
+    {"matmul_mv", {{2, 3}, {3}}, {true, true}, [](V t) { return ops::matmul(t[0], t[1]); }},
+    {"matmul_vm", {{3}, {3, 2}}, {true, true}, [](V t) { return ops::matmul(t[0], t[1]); }},
+    {"matmul_mm", {{2, 3}, {3, 4}}, {true, true}, [](V t) { return ops::matmul(t[0], t[1]); }},
+    {"matmul_mm_unbatched_w", {{2, 3}, {3, 4}}, {true, false}, [](V t) { return ops::matmul(t[0], t[1]); }},
+    {"matmul_unbatched_x", {{2, 3}, {3, 4}}, {false, true}, [](V t) { return ops::matmul(t[0], t[1]); }},
+    {"matmul_bmm_broadcast", {{5, 2, 3}, {3, 4}}, {true, true}, [](V t) { return ops::matmul(t[0], t[1]); }},
+    {"matmul_vec_batched_mat", {{3}, {2, 3, 4}}, {false, true}, [](V t) { return ops::matmul(t[0], t[1]); }},
+    {"t", {{2, 3}}, {true}, [](V t) { return ops::t(t[0]); }},
+    {"t_1d", {{3}}, {true}, [](V t) { return ops::t(t[0]); }},
+    {"transpose", {{2, 3, 4}}, {true}, [](V t) { return ops::transpose(t[0], 0, -1); }},
+    {"movedim", {{2, 3, 4}}, {true}, [](V t) { return ops::movedim(t[0], 2, 0); }},
+    {"unsqueeze", {{2, 3}}, {true}, [](V t) { return ops::unsqueeze(t[0], -1); }},
+    {"squeeze", {{1, 3, 1}}, {true}, [](V t) { return ops::squeeze(t[0]); }},
+    {"squeeze_dim", {{2, 1}}, {true}, [](V t) { return ops::squeeze(t[0], 1); }},
+    {"select", {{4, 3}}, {true}, [](V t) { return ops::select(t[0], 1, -1); }},
+    {"narrow", {{5, 3}}, {true}, [](V t) { return ops::narrow(t[0], 0, 1, 3); }},
+    {"expand", {{3, 1}}, {true}, [](V t) { return ops::expand(t[0], {2, 3, 4}); }},
+    {"reshape", {{2, 3}}, {true}, [](V t) { return ops::reshape(t[0], {3, -1}); }},
+    {"view", {{2, 3}}, {true}, [](V t) { return ops::view(t[0], {6}); }, ScalarType::Float, {}, true},
+    {"stack", {{2, 3}, {2, 3}}, {true, false}, [](V t) { return ops::stack({t[0], t[1]}, 1); }},
+    {"cat", {{2, 3}, {2, 1}}, {false, true}, [](V t) { return ops::cat({t[0], t[1]}, -1); }},
+    {"to_dtype", {{2, 3}}, {true}, [](V t) { return ops::to(t[0], ScalarType::Double); }},
+    {"contiguous", {{2, 3}}, {true}, [](V t) { return ops::contiguous(ops::transpose(t[0], 0, 1)); }},
+    {"clone", {{2, 3}}, {true}, [](V t) { return ops::clone(t[0]); }},
+    {"empty_like_zeroed", {{2, 3}}, {true}, [](V t) { return ops::mul(ops::empty_like(t[0]), 0.0); }},
+    {"copy_into_clone", {{2, 3}, {3}}, {true, true},
+     [](V t) {
+       Tensor dst = ops::clone(t[0]);
+       ops::copy_(dst, t[1]);
+       return dst;
+     }},
+};
+
+INSTANTIATE_TEST_SUITE_P(EveryCoreOp, CoreBatchingRules, ::testing::ValuesIn(kRuleCases),
+                         [](const ::testing::TestParamInfo<RuleCase>& info) { return info.param.name; });
+
+TEST(CoreBatchingRulesList, EveryCoreOpWithATensorArgumentHasARuleButAllclose) {
+  std::vector<std::string> without;
+  const std::vector<std::string> with = modes::core_ops_with_batching_rules();
+  for (const OperatorName& name : Dispatcher::singleton().operatorNames()) {
+    if (name.name.rfind("core::", 0) != 0) continue;  // NOLINT
+    const OperatorHandle op = Dispatcher::singleton().findSchemaOrThrow(name.str());
+    bool has_tensor = false;
+    for (const Argument& a : op.schema().arguments()) has_tensor = has_tensor || a.type->str().find("Tensor") != std::string::npos;
+    if (!has_tensor && name.str() != "core::rand") continue;
+    if (std::find(with.begin(), with.end(), name.str()) == with.end()) without.push_back(name.str());
+  }
+  // allclose returns a bool per batch element: no rule, and the fallback refuses it
+  // (VmapFallback.RefusesWhatItCannotDo).
+  EXPECT_THAT(without, ElementsAre("core::allclose"));
+}
+
+TEST(CoreBatchingRulesList, FactoriesGiveUnbatchedResults) {
+  const Tensor y = vmap([](const Tensor& t) { return ops::add(t, ops::ones({3})); })(ops::zeros({2, 3}));
+  EXPECT_TRUE(same(y, ops::ones({2, 3})));
+}
+
+// --- The seeds' examples. -------------------------------------------------------------
+
+TEST(VmapSeeds, NumpyCubeHasTwoOutputsAndItsRuleMovesTheBatchDim) {
+  Library lib(Library::DEF, "vmapseed");
+  lib.def("numpy_cube(Tensor x) -> (Tensor, Tensor)");
+  Library cpu(Library::IMPL, "vmapseed", DispatchKey::CPU);
+  cpu.impl("numpy_cube", [](const Tensor& x) {
+    return std::make_tuple(ops::mul(ops::mul(x, x), x), ops::mul(ops::mul(x, x), 3.0));
+  });
+  const OperatorHandle op = Dispatcher::singleton().findSchemaOrThrow("vmapseed::numpy_cube");
+  auto call = [op](const Tensor& x) {
+    Stack s{x};
+    op.callBoxed(s);
+    return std::make_tuple(s[0].toTensor(), s[1].toTensor());
+  };
+  // def numpy_cube_vmap(info, in_dims, x): return numpy_cube(x), (in_dims[0], in_dims[0])
+  auto rule = modes::register_vmap("vmapseed::numpy_cube", [&](const VmapInfo&, const InDims& in_dims, Stack& args) {
+    auto [a, b] = call(args[0].toTensor());
+    return VmapResult{{a, b}, {in_dims[0], in_dims[0]}};
+  });
+  const Tensor x = rnd({3});
+  auto [cube, dx] = vmap(call)(x);
+  EXPECT_TRUE(same(cube, ops::mul(ops::mul(x, x), x)));
+  EXPECT_TRUE(same(dx, ops::mul(ops::mul(x, x), 3.0)));
+  const Tensor x2 = rnd({2, 3});  // mapped over dim 1: the rule keeps it there, vmap moves it to 0
+  auto [c2, d2] = vmap(call, 1)(x2);
+  EXPECT_TRUE(same(c2, ops::transpose(ops::mul(ops::mul(x2, x2), x2), 0, 1)));
+  EXPECT_TRUE(same(d2, ops::transpose(ops::mul(ops::mul(x2, x2), 3.0), 0, 1)));
+}
+
+TEST(VmapSeeds, NumpyMulMovesAndUnsqueezes) {
+  Library lib(Library::DEF, "vmapseed2");
+  lib.def("numpy_mul(Tensor x, Tensor y) -> Tensor");
+  Library cpu(Library::IMPL, "vmapseed2", DispatchKey::CPU);
+  int kernel_calls = 0;
+  cpu.impl("numpy_mul", [&](const Tensor& x, const Tensor& y) {
+    ++kernel_calls;
+    return ops::mul(x, y);
+  });
+  const OperatorHandle op = Dispatcher::singleton().findSchemaOrThrow("vmapseed2::numpy_mul");
+  // x = x.movedim(x_bdim, -1) if x_bdim is not None else x.unsqueeze(-1); the same
+  // for y; result = (x * y).movedim(-1, 0); return result, 0
+  auto rule = modes::register_vmap("vmapseed2::numpy_mul", [](const VmapInfo&, const InDims& in_dims, Stack& args) {
+    Tensor x = args[0].toTensor(), y = args[1].toTensor();
+    x = in_dims[0] ? ops::movedim(x, *in_dims[0], -1) : ops::unsqueeze(x, -1);
+    y = in_dims[1] ? ops::movedim(y, *in_dims[1], -1) : ops::unsqueeze(y, -1);
+    return VmapResult{{ops::movedim(ops::mul(x, y), -1, 0)}, {0}};
+  });
+  auto call = [op](const Tensor& x, const Tensor& y) {
+    Stack s{x, y};
+    op.callBoxed(s);
+    return s[0].toTensor();
+  };
+  const Tensor x = rnd({3}), y = rnd({3});
+  EXPECT_TRUE(same(vmap(call)(x, y), ops::mul(x, y)));
+  const Tensor w = rnd({4});
+  EXPECT_TRUE(same(vmap(call, {0, std::nullopt})(x, w), ops::mul(ops::unsqueeze(x, 1), w)));
+  EXPECT_EQ(kernel_calls, 0);  // the rule computes with core ops, not the kernel
+}
+
+}  // namespace
+}  // namespace strata
