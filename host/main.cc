@@ -10,6 +10,7 @@
 #include "strata/modes/log_mode.h"
 
 Q_LOGGING_CATEGORY(lcModesLog, "strata.modes.log")
+Q_LOGGING_CATEGORY(lcModes, "strata.modes")
 
 namespace {
 
@@ -54,6 +55,10 @@ int main(int argc, char** argv) {
 
   // LogMode's lines go to the host's logging (QT_LOGGING_RULES can silence them).
   strata::modes::initialize();
+  // The layers' warnings (vmap's for-loop fallback) too, as warnings of "strata.modes".
+  strata::modes::set_warning_sink([](std::string_view line) {
+    qCWarning(lcModes).noquote() << QString::fromUtf8(line.data(), static_cast<qsizetype>(line.size()));
+  });
   strata::modes::set_log_sink([](std::string_view line) {
     qCInfo(lcModesLog).noquote() << QString::fromUtf8(line.data(), static_cast<qsizetype>(line.size()));
   });

@@ -11,6 +11,7 @@
 #include "commands/commands.h"
 #include "strata/dispatcher.h"
 #include "strata/modes/autocast.h"
+#include "strata/modes/vmap.h"
 #include "strata/modes/dispatch_mode.h"
 #include "strata/modes/trace_mode.h"
 
@@ -72,6 +73,40 @@ AutocastSpec parseAutocastSpec(const std::string& text) {
   STRATA_CHECK(spec.dtype == ScalarType::BFloat16 || spec.dtype == ScalarType::Half, Value, "--autocast ", text,
                ": the dtype must be bf16 (bfloat16) or f16 (float16), not '", d, "'");
   return spec;
+}
+
+// --vmap IN_DIMS: "0", "0,0,None", "1,None": one entry per argument of the op in
+// schema order (omitted trailing ones are None), or one for every argument.
+std::vector<modes::Dim> parseVmapInDims(const std::string& text, size_t num_args) {
+  std::vector<modes::Dim> dims;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    item.erase(0, item.find_first_not_of(" ("));
+    item.erase(item.find_last_not_of(" )") + 1);
+    if (item == "None" || item == "none") {
+      dims.push_back(std::nullopt);
+    } else {
+      size_t used = 0;
+      int64_t d = 0;
+      try {
+        d = std::stoll(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      STRATA_CHECK(!item.empty() && used == item.size(), Value, "--vmap ", text, ": '", item,
+                   "' is not an in_dim (an integer or None)");
+      dims.push_back(d);
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  STRATA_CHECK(dims.size() <= num_args, Value, "--vmap ", text, ": in_dims has ", dims.size(),
+               " entries but the op has ", num_args, " arguments");
+  if (dims.size() == 1 && text.find(',') == std::string::npos) dims.assign(num_args, dims[0]);
+  dims.resize(num_args, std::nullopt);
+  return dims;
 }
 
 // The stack for schema from command-line words (positional, then NAME=VALUE).
@@ -223,6 +258,67 @@ int runDumpCommand(const QStringList& args) {
   }
 }
 
+// `strata call OP ARGS --vmap IN_DIMS`: the tensor arguments go to vmap as one list
+// (each with its in_dim); the function rebuilds the op's stack around the batched
+// tensors and calls the op (through explain() with --explain, which then shows the
+// Batched step). Returns the results, unwrapped.
+Stack callUnderVmap(const OperatorHandle& op, Stack stack, const std::string& in_dims_text, bool with_explain,
+                    QTextStream& out) {
+  const FunctionSchema& schema = op.schema();
+  const std::vector<modes::Dim> dims = parseVmapInDims(in_dims_text, schema.arguments().size());
+  std::vector<size_t> positions;
+  std::vector<Tensor> tensors;
+  std::vector<modes::Dim> tensor_dims;
+  std::string shown = "(";
+  for (size_t i = 0; i < dims.size(); ++i) shown += (i ? ", " : "") + (dims[i] ? std::to_string(*dims[i]) : "None");
+  shown += dims.size() == 1 ? ",)" : ")";
+  for (size_t i = 0; i < stack.size(); ++i) {
+    if (stack[i].isTensor()) {
+      if (const int64_t n = stack[i].toTensor().dim(); dims[i]) {
+        STRATA_CHECK(*dims[i] >= -n && *dims[i] < n, Value, "vmap(", op.name(), ", in_dims=", shown,
+                     ", ...)(<inputs>): Got in_dim=", *dims[i], " for some input (argument ", i, ", ",
+                     schema.arguments()[i].name, "), but that input is a Tensor of dimensionality ", n,
+                     " so expected in_dim to satisfy -", n, " <= in_dim < ", n, ".");
+      }
+      positions.push_back(i);
+      tensors.push_back(stack[i].toTensor());
+      tensor_dims.push_back(dims[i]);
+    } else {
+      STRATA_CHECK(!dims[i], Value, "vmap(", op.name(), ", in_dims=", shown, ", ...)(<inputs>): Got in_dim=",
+                   *dims[i], " for an input (argument ", i, ", ", schema.arguments()[i].name,
+                   ") but the input is of type ", stack[i].typeName(),
+                   ". We cannot vmap over non-Tensor arguments, please use None as the respective in_dim");
+    }
+  }
+  for (const Argument& r : schema.returns()) {
+    STRATA_CHECK(r.type->kind() == TypeKind::Tensor, Value, "--vmap: ", op.name(), " returns ", r.type->str(),
+                 "; vmap needs an op that returns Tensors");
+  }
+  std::string explanation;
+  auto fn = [&](const std::vector<Tensor>& batched) {
+    Stack s = stack;
+    for (size_t k = 0; k < positions.size(); ++k) s[positions[k]] = IValue(batched[k]);
+    if (with_explain) {
+      const Explanation ex = explain(op, std::move(s));
+      explanation = ex.str();
+      s = ex.results;
+    } else {
+      op.callBoxed(s);
+    }
+    std::vector<Tensor> results;
+    for (const IValue& v : s) results.push_back(v.toTensor());
+    return results;
+  };
+  const std::vector<Tensor> results = modes::vmap(fn, {modes::DimEntry(tensor_dims)})(tensors);
+  if (with_explain) {
+    out << q(explanation);
+    out << "result:\n";
+  }
+  Stack out_stack;
+  for (const Tensor& t : results) out_stack.push_back(t);
+  return out_stack;
+}
+
 int runCallCommand(const QStringList& args) {
   QCommandLineParser parser;
   parser.setApplicationDescription(
@@ -249,6 +345,11 @@ int runCallCommand(const QStringList& args) {
                                 "`with torch.autocast(DEVICE, DTYPE)`. Repeat for several devices. --explain "
                                 "shows each autocast rule that ran and every argument it cast.",
                     "DEVICE[:DTYPE]"});
+  parser.addOption({"vmap", "Run the call under vmap, as torch.vmap(op, in_dims)(args...): IN_DIMS gives each "
+                            "argument's batch dim in schema order, or None (e.g. 0,0,None; omitted trailing "
+                            "ones are None). Prints the batched results; --explain shows whether a batching "
+                            "rule or the for-loop fallback ran.",
+                    "IN_DIMS"});
   addHostOptions(parser);
   parser.addPositionalArgument("op", "The operator: ns::name or ns::name.overload.", "OP");
   parser.addPositionalArgument("args", "Its arguments.", "[ARG...]");
@@ -268,7 +369,8 @@ int runCallCommand(const QStringList& args) {
     } else {
       options << a;
       static const QStringList kWithValue{"--seed", "-seed", "--mode", "-mode", "--plugins", "-plugins",
-                                          "--db", "-db", "--actor", "-actor", "--autocast", "-autocast"};
+                                          "--db", "-db", "--actor", "-actor", "--autocast", "-autocast",
+                                          "--vmap", "-vmap"};
       if (kWithValue.contains(a) && i + 1 < args.size()) {
         options << args[++i];
       }
@@ -334,7 +436,9 @@ int runCallCommand(const QStringList& args) {
     }
     std::vector<std::unique_ptr<modes::ModeGuard>> guards;
     for (const auto& m : pushed) guards.push_back(std::make_unique<modes::ModeGuard>(m));
-    if (parser.isSet("explain")) {
+    if (parser.isSet("vmap")) {
+      stack = callUnderVmap(op, std::move(stack), parser.value("vmap").toStdString(), parser.isSet("explain"), out);
+    } else if (parser.isSet("explain")) {
       const Explanation ex = explain(op, std::move(stack));
       out << q(ex.str());
       stack = ex.results;

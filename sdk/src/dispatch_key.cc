@@ -44,6 +44,7 @@ DispatchKey parseDispatchKey(std::string_view name) {
   if (name == "meta") return DispatchKey::Meta;
   if (name == "privateuse1") return DispatchKey::PrivateUse1;
   if (name == "default") return DispatchKey::CompositeExplicitAutograd;
+  if (name == "batched" || name == "vmap") return DispatchKey::Batched;
   // A layer's key of a device type: "autocast:cpu", "autograd:cuda".
   if (const size_t colon = name.find(':'); colon != std::string_view::npos) {
     const std::string_view layer = name.substr(0, colon), device = name.substr(colon + 1);

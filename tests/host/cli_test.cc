@@ -467,6 +467,90 @@ TEST(CallAutocast, ExplainShowsTheCastsAndTheVersionsDiffer) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// vmap through the CLI: muladd 1.1.0 brings a batching rule for mymuladd, 1.0.0 does
+// not (the for-loop fallback runs, and says so).
+TEST(CallVmap, ExplainNamesTheRuleOrTheFallback) {
+  char tmpl[] = "/tmp/strata-vmap-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string opts = " --plugins " STRATA_PLUGIN_BUILD_DIR " --db " + dir + "/s.db";
+  const std::string call = "call extension_cpp::mymuladd '[[1.,2.],[3.,4.],[5.,6.]]' '[2.,3.]' 1.0";
+  Result r = run(call + " --vmap 0,None,None --explain" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("-> Batched: kernel [boxed, owner muladd@1.1.0, vmap batching rule"));
+  EXPECT_THAT(r.out, HasSubstr("vmap level 1, batch size 3: batching rule with in_dims (0, None, None), out_dims (0,)"));
+  EXPECT_THAT(r.out, HasSubstr("result:\ntensor([[3., 7.],\n        [7., 13.],\n        [11., 19.]])\n"));
+  // in_dim 1 maps a's columns; omitted trailing in_dims are None.
+  r = run("call extension_cpp::mymuladd '[[1.,2.],[3.,4.]]' '[[1.,1.],[2.,2.]]' 0.0 --vmap 1,0" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "tensor([[1., 3.],\n        [4., 8.]])\n");
+  r = run(call + " --vmap 0,1" + opts);
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("Got in_dim=1 for some input (argument 1, b), but that input is a Tensor of "
+                               "dimensionality 1 so expected in_dim to satisfy -1 <= in_dim < 1."));
+  // A float with an in_dim: PyTorch's error, naming the argument.
+  r = run(call + " --vmap 0,None,0" + opts);
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("Got in_dim=0 for an input (argument 2, c) but the input is of type float. We cannot "
+                               "vmap over non-Tensor arguments"));
+  r = run(call + " --vmap 0,x" + opts);
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("--vmap 0,x: 'x' is not an in_dim (an integer or None)"));
+  // dump shows the rule; 1.0.0 has none and loops.
+  r = run("dump extension_cpp::mymuladd" + opts);
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("Batched +boxed +owner=muladd@1.1.0 +vmap batching rule"));
+  ASSERT_EQ(std::system(("mkdir -p " + dir + "/old && cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_0_0.so " + dir +
+                         "/old/").c_str()),
+            0);
+  r = run(call + " --vmap 0,None,None --explain --plugins " + dir + "/old --db " + dir + "/old.db");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("-> Batched: backend fallback [boxed, owner builtin, vmap for-loop fallback"));
+  EXPECT_THAT(r.out, HasSubstr("no batching rule for extension_cpp::mymuladd; for-loop fallback, 3 calls"));
+  EXPECT_THAT(r.out, HasSubstr("vmap: no batching rule for extension_cpp::mymuladd; running a slow for-loop "
+                               "fallback, 3 calls"));
+  EXPECT_THAT(r.out, HasSubstr("tensor([[3., 7.],\n        [7., 13.],\n        [11., 19.]])\n"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// A running `strata serve`; `kernel disable OP batched --wait` switches muladd's
+// batching rule off: the same call then runs the fallback and gives the same numbers.
+TEST(ServeEndToEnd, AnAdminSwitchesABatchingRuleOffLive) {
+  char tmpl[] = "/tmp/strata-e2e-vmap-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string plugins = dir + "/plugins", db = dir + "/s.db";
+  ASSERT_EQ(std::system(("mkdir -p " + plugins + " && cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_1_0.so " + plugins)
+                            .c_str()),
+            0);
+  const std::string opts = " --plugins " + plugins + " --db " + db;
+  ServeProcess serve(dir, plugins, db);
+  ASSERT_GT(serve.pid, 0);
+  serve.waitFor("ready.", 100);
+  const std::string call =
+      "call extension_cpp::mymuladd 'rand(8,3)' 'rand(8,3)' 2.0 --seed 7 --vmap 0,0,None --explain";
+  Result with_rule = run(call + opts);
+  EXPECT_EQ(with_rule.status, 0) << with_rule.out;
+  EXPECT_THAT(with_rule.out, HasSubstr("-> Batched: kernel [boxed, owner muladd@1.1.0, vmap batching rule"));
+  Result r = run("kernel disable extension_cpp::mymuladd batched --reason 'try the loop' --actor tester --wait 5 --db " +
+                 db);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("disabled extension_cpp::mymuladd Batched"));
+  EXPECT_THAT(r.out, HasSubstr("applied by every live host"));
+  Result looped = run(call + opts);
+  EXPECT_EQ(looped.status, 0) << looped.out;
+  EXPECT_THAT(looped.out, HasSubstr("-> Batched: backend fallback [boxed, owner builtin, vmap for-loop fallback"));
+  EXPECT_THAT(looped.out, HasSubstr("for-loop fallback, 8 calls"));
+  auto result = [](const std::string& out) { return out.substr(out.find("result:\n")); };
+  EXPECT_EQ(result(looped.out), result(with_rule.out));
+  r = run("audit --op extension_cpp::mymuladd --db " + db);
+  EXPECT_THAT(r.out, HasSubstr("kernel.disable"));
+  EXPECT_THAT(r.out, HasSubstr("Batched"));
+  EXPECT_THAT(r.out, HasSubstr("tester"));
+  r = run("kernel enable extension_cpp::mymuladd batched --wait 5 --db " + db);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(run(call + opts).out, HasSubstr("vmap batching rule"));
+  EXPECT_EQ(serve.stop(), 0) << serve.log();
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // A running `strata serve`; `kernel disable OP autocast:cpu --wait` from another
 // process switches the rule off, audited; the same call then returns float32.
 TEST(ServeEndToEnd, AnAdminSwitchesAnAutocastRuleOffLive) {

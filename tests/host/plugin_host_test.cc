@@ -17,6 +17,8 @@
 #include "strata/cuda.h"
 #include "strata/dispatcher.h"
 #include "strata/modes/autocast.h"
+#include "strata/modes/log_mode.h"
+#include "strata/modes/vmap.h"
 #include "strata/ops.h"
 #include "dispatch/test_util.h"
 
@@ -275,6 +277,46 @@ TEST(PluginHost, AutocastRulesAreRecordedGoWithTheirBundleAndStayDisabled) {
     const Tensor h = ops::ones({3}, ScalarType::BFloat16);
     EXPECT_THAT(testing::errorOf([&] { mymuladd(h, h, 2.0); }), HasSubstr("a and b must be float32, got bfloat16"));
   }
+}
+
+// muladd 1.1.0's batching rule: recorded, one call for the batch, nested vmap; it
+// goes with its bundle (1.0.0 has none: the for-loop fallback runs, warning once).
+TEST(PluginHost, BatchingRulesAreRecordedAndGoWithTheirBundle) {
+  Env env;
+  env.add(plugin("muladd_1_1_0"));
+  std::vector<std::string> warnings;
+  modes::set_warning_sink([&](std::string_view line) { warnings.emplace_back(line); });
+  modes::reset_vmap_fallback_warnings();
+  const Tensor a = ops::rand({4, 3}), b = ops::rand({4, 3});
+  const Tensor want = ops::add(ops::mul(a, b), 2.0);
+  auto f = [](const Tensor& x, const Tensor& y) { return mymuladd(x, y, 2.0); };
+  {
+    PluginHost host(env.dir, env.store.get());
+    host.sync();
+    std::set<std::string> regs;
+    for (const auto& r : env.store->registrations("extension_cpp::mymuladd")) regs.insert(r.key + " " + r.owner);
+    EXPECT_TRUE(regs.count("Batched muladd@1.1.0")) << ::testing::PrintToString(regs);
+    EXPECT_TRUE(ops::allclose(modes::vmap(f)(a, b), want));
+    // Nested: map the rows outside and the columns inside.
+    const Tensor nested = modes::vmap(modes::vmap(f, 0), 0)(ops::unsqueeze(a, 2), ops::unsqueeze(b, 2));
+    EXPECT_TRUE(ops::allclose(nested, ops::unsqueeze(want, 2)));
+    EXPECT_TRUE(warnings.empty()) << warnings.front();
+    // The rule goes with its bundle: 1.0.0 (no rule) replaces 1.1.0, and the loop runs.
+    env.add(plugin("muladd_1_0_0"));
+    env.store->pin("muladd", "1.0.0", "ann");
+    host.sync();
+    EXPECT_EQ(host.loaded().at("muladd").version, "1.0.0");
+    for (const auto& r : Dispatcher::singleton().registrations(parseOperatorName("extension_cpp::mymuladd"))) {
+      EXPECT_NE(r.key, DispatchKey::Batched) << r.owner;
+    }
+    for (const auto& r : env.store->registrations("extension_cpp::mymuladd")) EXPECT_NE(r.key, "Batched");
+    EXPECT_TRUE(ops::allclose(modes::vmap(f)(a, b), want));
+    EXPECT_TRUE(ops::allclose(modes::vmap(modes::vmap(f, 0), 0)(ops::unsqueeze(a, 2), ops::unsqueeze(b, 2)),
+                              ops::unsqueeze(want, 2)));
+    EXPECT_THAT(warnings, ::testing::ElementsAre("vmap: no batching rule for extension_cpp::mymuladd; running a "
+                                                 "slow for-loop fallback, 4 calls"));
+  }
+  modes::set_warning_sink(nullptr);
 }
 
 TEST(PluginHost, RemovingAndReplacingABundleWhileAnotherThreadDispatches) {
