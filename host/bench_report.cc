@@ -124,14 +124,14 @@ std::vector<BenchRatio> pairWithPeer(const BenchRun& strata, const BenchRun& pee
   return out;
 }
 
-std::optional<ModeStackFit> fitModeStack(const BenchRun& run) {
-  static const QRegularExpression re("^mode_stack/(\\d+)$");
-  // From one mode up: mode_stack/0 never leaves the unboxed path, and the first mode
-  // also pays for boxing the call once, so N = 0 is off the line by that much.
+std::optional<ModeStackFit> fitSeries(const BenchRun& run, const QString& prefix, double min_x) {
+  const QRegularExpression re("^" + QRegularExpression::escape(prefix) + "(\\d+)$");
   std::vector<std::pair<double, double>> pts;
   for (const BenchResult& r : run.results) {
     const auto m = re.match(r.name);
-    if (m.hasMatch() && r.error.isEmpty() && m.captured(1).toInt() >= 1) pts.emplace_back(m.captured(1).toDouble(), r.ns);
+    if (m.hasMatch() && r.error.isEmpty() && m.captured(1).toDouble() >= min_x) {
+      pts.emplace_back(m.captured(1).toDouble(), r.ns);
+    }
   }
   if (pts.size() < 2) return std::nullopt;
   const double n = static_cast<double>(pts.size());
@@ -158,6 +158,47 @@ std::optional<ModeStackFit> fitModeStack(const BenchRun& run) {
   return fit;
 }
 
+// From one mode up: mode_stack/0 never leaves the unboxed path, and the first mode
+// also pays for boxing the call once, so N = 0 is off the line by that much.
+std::optional<ModeStackFit> fitModeStack(const BenchRun& run) { return fitSeries(run, "mode_stack/", 1); }
+
+std::optional<PythonAnchors> parsePythonAnchors(const QByteArray& text, QString* error) {
+  PythonAnchors out;
+  for (const QByteArray& raw : text.split('\n')) {
+    const QList<QByteArray> parts = raw.simplified().split(' ');
+    if (parts.size() != 2) continue;
+    bool ok = false;
+    const double v = parts[1].toDouble(&ok);
+    if (ok && v > 0) out[QString::fromUtf8(parts[0])] = v;
+  }
+  if (out.empty()) {
+    *error = "no \"name value_ns\" lines (expected the output of ../shared/anchors/python_layers/run.sh)";
+    return std::nullopt;
+  }
+  return out;
+}
+
+QString anchorScenario(const QString& anchor) {
+  static const QRegularExpression vmap("^python_vmap_muladd_rule_B(\\d+)_ns$");
+  if (const auto m = vmap.match(anchor); m.hasMatch()) return "vmap/muladd_rule/" + m.captured(1);
+  return {};
+}
+
+// The vmap layer's cost over the rule's own call at each B: vmap/muladd_rule/B minus
+// vmap/muladd_plain/B. (B, ns) pairs.
+std::vector<std::pair<double, double>> vmapOverheads(const BenchRun& run) {
+  static const QRegularExpression re("^vmap/muladd_rule/(\\d+)$");
+  std::vector<std::pair<double, double>> out;
+  for (const BenchResult& r : run.results) {
+    const auto m = re.match(r.name);
+    if (!m.hasMatch() || !r.error.isEmpty()) continue;
+    const BenchResult* plain = run.find("vmap/muladd_plain/" + m.captured(1));
+    if (plain == nullptr || !plain->error.isEmpty()) continue;
+    out.emplace_back(m.captured(1).toDouble(), r.ns - plain->ns);
+  }
+  return out;
+}
+
 // An axis label: "1 ns", "10 us", "100 ms".
 QString tickLabel(double ns) {
   static const char* const kUnits[] = {"ns", "us", "ms", "s"};
@@ -182,7 +223,7 @@ QString formatNs(double ns) {
   return num(ns, ns >= 100 ? 0 : 2) + " ns";
 }
 
-std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer) {
+std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer, const PythonAnchors* python) {
   std::vector<BenchGoal> goals;
   auto ok = [](const BenchResult* r) { return r != nullptr && r->error.isEmpty() && r->ns > 0; };
   if (peer != nullptr) {
@@ -219,10 +260,55 @@ std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer) 
     goals.push_back({"threads/unboxed_muladd: 2 threads at least 1.8x the throughput of 1",
                      num(scale, 2) + "x", scale >= 1.8});
   }
+  // vmap: with a rule, the layer costs at most 150 ns over the rule's one call, at
+  // every B and flat in B; without one, the for-loop fallback is linear in B.
+  if (const auto over = vmapOverheads(strata); over.size() >= 2) {
+    double worst = -1e300, at = 0;
+    for (const auto& [b, ns] : over) {
+      if (ns > worst) {
+        worst = ns;
+        at = b;
+      }
+    }
+    goals.push_back({"vmap/muladd_rule/B: the layer's overhead (minus vmap/muladd_plain/B) at most 150 ns at every B",
+                     "at most " + formatNs(worst) + " (B = " + QString::number(at) + ")", worst <= 150});
+    const double n = static_cast<double>(over.size());
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const auto& [x, y] : over) {
+      sx += x;
+      sy += y;
+      sxx += x * x;
+      sxy += x * y;
+    }
+    const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+    goals.push_back({"vmap/muladd_rule/B: the overhead flat in B (least-squares slope at most 0.5 ns per element)",
+                     num(slope, 2) + " ns per batch element", std::abs(slope) <= 0.5});
+  }
+  if (const auto fit = fitSeries(strata, "vmap/muladd_fallback/", 1)) {
+    goals.push_back({"vmap/muladd_fallback/B grows linearly in B (the for-loop fallback)",
+                     formatNs(fit->ns_per_mode) + " per batch element, R^2 = " + num(fit->r2, 4) + " over " +
+                         QString::number(fit->points) + " sizes",
+                     fit->r2 >= 0.98});
+  }
+  if (python != nullptr) {
+    for (const auto& [anchor, ns] : *python) {
+      const QString scenario = anchorScenario(anchor);
+      const BenchResult* r = scenario.isEmpty() ? nullptr : strata.find(scenario);
+      if (!ok(r)) continue;
+      goals.push_back({scenario + " at most 0.1x PyTorch's functorch.vmap from Python (" + anchor + ")",
+                       num(r->ns / ns, 3) + "x (" + formatNs(r->ns) + " vs " + formatNs(ns) + ")",
+                       r->ns <= 0.1 * ns});
+    }
+  }
   const BenchResult* load = strata.find("host/load_100_bundles");
   if (ok(load)) goals.push_back({"host/load_100_bundles under 1 s", formatNs(load->ns), load->ns < 1e9});
   return goals;
 }
+
+QString modeStackChart(const std::vector<const BenchResult*>& rows, const ModeStackFit& fit, double modes_top,
+                       double modes_height, double kWidth);
+QString vmapChart(const std::vector<std::pair<double, double>> (&pts)[2], const std::optional<ModeStackFit>& fit,
+                  double top, double height, double width);
 
 QString renderSvg(const BenchRun& strata, const BenchRun* peer, const QString& peer_label) {
   constexpr double kWidth = 960, kLeft = 330, kRight = 110, kRow = 24, kTop = 84;
@@ -245,11 +331,20 @@ QString renderSvg(const BenchRun& strata, const BenchRun* peer, const QString& p
   const auto fit = fitModeStack(strata);
   const double bars_height = kTop + kRow * static_cast<double>(rows.size()) + 40;
   const double modes_top = bars_height + 40, modes_height = fit ? 300 : 0;
+  // vmap/muladd_rule/B and vmap/muladd_fallback/B against B.
+  static const QRegularExpression vmap_re("^vmap/muladd_(rule|fallback)/(\\d+)$");
+  std::vector<std::pair<double, double>> vmap_pts[2];
+  for (const BenchResult* r : rows) {
+    const auto m = vmap_re.match(r->name);
+    if (m.hasMatch()) vmap_pts[m.captured(1) == "rule" ? 0 : 1].emplace_back(m.captured(2).toDouble(), r->ns);
+  }
+  const bool vmap_chart = vmap_pts[0].size() + vmap_pts[1].size() >= 2;
+  const double vmap_top = modes_top + modes_height + (fit ? 40 : 0), vmap_height = vmap_chart ? 320 : 0;
   QString s;
   s += QString("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%1\" height=\"%2\" font-family=\"sans-serif\" "
                "font-size=\"12\">\n")
            .arg(kWidth)
-           .arg(modes_top + modes_height + 20);
+           .arg(vmap_top + vmap_height + 20);
   s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   QString host = strata.context["host_name"].toString();
   s += QString("<text x=\"10\" y=\"22\" font-size=\"16\" font-weight=\"bold\">Strata dispatch benchmarks: cost per "
@@ -312,9 +407,16 @@ QString renderSvg(const BenchRun& strata, const BenchRun* peer, const QString& p
                  "the same scenario (in parentheses: Strata / %1)</text>\n")
              .arg(xmlEscape(peer_label));
   }
-  if (!fit) return s + "</svg>\n";
+  if (fit) s += modeStackChart(rows, *fit, modes_top, modes_height, kWidth);
+  if (vmap_chart) s += vmapChart(vmap_pts, fitSeries(strata, "vmap/muladd_fallback/", 1), vmap_top, vmap_height, kWidth);
+  return s + "</svg>\n";
+}
 
-  // mode_stack/N against N, with the fitted line.
+// mode_stack/N against N, with the fitted line.
+QString modeStackChart(const std::vector<const BenchResult*>& rows, const ModeStackFit& f, double modes_top,
+                       double modes_height, double kWidth) {
+  const ModeStackFit* fit = &f;
+  QString s;
   static const QRegularExpression re("^mode_stack/(\\d+)$");
   std::vector<std::pair<double, double>> pts;
   for (const BenchResult* r : rows) {
@@ -369,7 +471,79 @@ QString renderSvg(const BenchRun& strata, const BenchRun* peer, const QString& p
            .arg(px0 + 10)
            .arg(num(py1 + 4))
            .arg(formatNs(fit->intercept), formatNs(fit->ns_per_mode), num(fit->r2, 4));
-  return s + "</svg>\n";
+  return s;
+}
+
+// Cost per call against B, log scale: the rule's line (flat) and the fallback's
+// (linear, with its fit).
+QString vmapChart(const std::vector<std::pair<double, double>> (&pts)[2], const std::optional<ModeStackFit>& fit,
+                  double top, double height, double width) {
+  double max_b = 1, lo = 1e300, hi = 0;
+  for (const auto& series : pts) {
+    for (const auto& [b, ns] : series) {
+      max_b = std::max(max_b, b);
+      lo = std::min(lo, ns);
+      hi = std::max(hi, ns);
+    }
+  }
+  const double d0 = std::floor(std::log10(lo)), d1 = std::max(d0 + 1, std::ceil(std::log10(hi)));
+  const double px0 = 90, px1 = width - 60, py0 = top + height - 40, py1 = top + 30;
+  auto mx = [&](double b) { return px0 + (px1 - px0) * b / max_b; };
+  auto my = [&](double ns) { return py0 - (py0 - py1) * (std::log10(ns) - d0) / (d1 - d0); };
+  QString s = QString("<text x=\"10\" y=\"%1\" font-size=\"16\" font-weight=\"bold\">vmap: a call over B rows of 4 "
+                      "(log scale), with a batching rule and with the for-loop fallback</text>\n")
+                  .arg(top);
+  s += QString("<line x1=\"%1\" y1=\"%2\" x2=\"%3\" y2=\"%2\" stroke=\"#333\"/>\n<line x1=\"%1\" y1=\"%2\" "
+               "x2=\"%1\" y2=\"%4\" stroke=\"#333\"/>\n")
+           .arg(px0)
+           .arg(num(py0))
+           .arg(px1)
+           .arg(num(py1));
+  for (double d = d0; d <= d1; ++d) {
+    s += QString("<line x1=\"%1\" y1=\"%2\" x2=\"%3\" y2=\"%2\" stroke=\"#eee\"/>\n<text x=\"%4\" y=\"%5\" "
+                 "text-anchor=\"end\" fill=\"#555\">%6</text>\n")
+             .arg(px0)
+             .arg(num(my(std::pow(10, d))))
+             .arg(px1)
+             .arg(px0 - 6)
+             .arg(num(my(std::pow(10, d)) + 4))
+             .arg(tickLabel(std::pow(10, d)));
+  }
+  const char* colors[2] = {"#1f77b4", "#d62728"};
+  const char* names[2] = {"batching rule", "for-loop fallback"};
+  for (int k = 0; k < 2; ++k) {
+    QString path;
+    for (const auto& [b, ns] : pts[k]) {
+      path += QString(path.isEmpty() ? "M%1,%2" : " L%1,%2").arg(num(mx(b))).arg(num(my(ns)));
+      s += QString("<circle cx=\"%1\" cy=\"%2\" r=\"4\" fill=\"%3\"><title>%4, B = %5: %6</title></circle>\n")
+               .arg(num(mx(b)))
+               .arg(num(my(ns)))
+               .arg(colors[k], names[k])
+               .arg(b)
+               .arg(formatNs(ns));
+    }
+    if (!path.isEmpty()) s += QString("<path d=\"%1\" fill=\"none\" stroke=\"%2\"/>\n").arg(path, colors[k]);
+    s += QString("<rect x=\"%1\" y=\"%2\" width=\"12\" height=\"10\" fill=\"%3\"/><text x=\"%4\" y=\"%5\">%6</text>\n")
+             .arg(px0 + 10 + 200 * k)
+             .arg(num(py1 - 4))
+             .arg(colors[k])
+             .arg(px0 + 28 + 200 * k)
+             .arg(num(py1 + 6))
+             .arg(names[k]);
+  }
+  for (const auto& [b, ns] : pts[0]) {
+    s += QString("<text x=\"%1\" y=\"%2\" text-anchor=\"middle\" fill=\"#555\">%3</text>\n")
+             .arg(num(mx(b)))
+             .arg(num(py0 + 16))
+             .arg(b);
+  }
+  if (fit) {
+    s += QString("<text x=\"%1\" y=\"%2\">fallback fit: %3 + %4 per batch element (R^2 %5); x: B</text>\n")
+             .arg(px0 + 420)
+             .arg(num(py1 + 6))
+             .arg(formatNs(fit->intercept), formatNs(fit->ns_per_mode), num(fit->r2, 4));
+  }
+  return s;
 }
 
 QJsonObject mergedJson(const BenchRun& strata, const BenchRun* peer) {

@@ -56,6 +56,18 @@ struct ModeStackFit {
   int points = 0;
 };
 std::optional<ModeStackFit> fitModeStack(const BenchRun& run);
+// The same line through a series "<prefix><N>" (vmap/muladd_fallback/B: ns per batch
+// element), from x = min_x up.
+std::optional<ModeStackFit> fitSeries(const BenchRun& run, const QString& prefix, double min_x);
+
+// PyTorch's layers measured from Python (../shared/anchors/python_layers prints one
+// "name value_ns" line each, e.g. "python_vmap_muladd_rule_B8_ns 33200"). Lines that
+// are not "name number" are ignored; an empty result is an error (*error says why).
+using PythonAnchors = std::map<QString, double>;
+std::optional<PythonAnchors> parsePythonAnchors(const QByteArray& text, QString* error);
+// Strata's scenario each anchor stands for: python_vmap_muladd_rule_B8_ns ->
+// vmap/muladd_rule/8; empty when none does.
+QString anchorScenario(const QString& anchor);
 
 // Issue 6's goals, each with what was measured; a goal whose inputs were not run
 // (or need a peer that was not given) is left out.
@@ -69,7 +81,8 @@ struct BenchGoal {
 // other (an earlier Strata run, say) for all of its results.
 std::map<QString, const BenchResult*> peerResults(const BenchRun& peer);
 
-std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer);
+std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer,
+                                  const PythonAnchors* python = nullptr);
 
 // A time for people: "3.45 ns", "2.10 us", "153 ms".
 QString formatNs(double ns);

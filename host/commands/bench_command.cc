@@ -139,6 +139,10 @@ int runBenchCommand(const QStringList& args) {
   parser.addOption({"peer", "Also run PyTorch's dispatcher ('libtorch': build/bin/strata_bench_libtorch, built "
                             "when libtorch-dev is installed), or read its results from a Google Benchmark JSON file.",
                     "libtorch|FILE"});
+  parser.addOption({"python-anchors", "Compare with PyTorch's layers measured from Python: FILE holds the \"name "
+                                      "value_ns\" lines that ../shared/anchors/python_layers/run.sh prints (vmap/* "
+                                      "beside functorch.vmap).",
+                    "FILE"});
   parser.addOption({"repetitions", "Run each scenario N times and report the median.", "N", "1"});
   parser.addOption({"min-time", "Seconds each scenario runs at least (Google Benchmark's --benchmark_min_time).",
                     "SECS"});
@@ -204,6 +208,19 @@ int runBenchCommand(const QStringList& args) {
       return kExitInvalidInput;
     }
   }
+  std::optional<PythonAnchors> python;
+  if (parser.isSet("python-anchors")) {
+    QFile f(parser.value("python-anchors"));
+    if (!f.open(QIODevice::ReadOnly)) {
+      err << "error: --python-anchors " << parser.value("python-anchors") << ": " << f.errorString() << "\n";
+      return kExitInvalidInput;
+    }
+    python = parsePythonAnchors(f.readAll(), &error);
+    if (!python) {
+      err << "error: --python-anchors " << parser.value("python-anchors") << ": " << error << "\n";
+      return kExitInvalidInput;
+    }
+  }
   auto strata_run = runBenchmarks(strata_binary, "strata", filter, extra, err, &error);
   if (!strata_run) {
     err << "error: " << error << "\n";
@@ -252,7 +269,7 @@ int runBenchCommand(const QStringList& args) {
     }
     out << "\n";
   }
-  const auto goals = checkGoals(*strata_run, peer_ptr);
+  const auto goals = checkGoals(*strata_run, peer_ptr, python ? &*python : nullptr);
   if (!goals.empty()) {
     out << "\ngoals:\n";
     for (const BenchGoal& g : goals) out << "  " << (g.met ? "met   " : "missed") << "  " << g.goal << ": " << g.measured << "\n";

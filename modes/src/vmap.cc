@@ -3,6 +3,7 @@
 #include "strata/modes/vmap.h"
 
 #include <algorithm>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -32,33 +33,53 @@ struct VmapTls {
   std::vector<uint64_t> alive;  // every level whose vmap is running, visible or not
   uint64_t next_id = 1;
 };
-thread_local VmapTls tls;
+
+// This thread's state, made on its first vmap. The pointer is initial-exec TLS (one
+// %fs-relative load, no __tls_get_addr call per access); the owner frees it when the
+// thread exits.
+__thread VmapTls* t_vmap __attribute__((tls_model("initial-exec"))) = nullptr;
+
+VmapTls& makeState() {
+  thread_local std::unique_ptr<VmapTls> owner;
+  owner = std::make_unique<VmapTls>();
+  owner->visible.reserve(8);
+  owner->alive.reserve(8);
+  t_vmap = owner.get();
+  return *t_vmap;
+}
+
+inline VmapTls& state() { return __builtin_expect(t_vmap != nullptr, 1) ? *t_vmap : makeState(); }
+// Whether a level is visible, without making the state.
+inline bool anyVisible() { return t_vmap != nullptr && !t_vmap->visible.empty(); }
 
 // Batched is in the TLS included set exactly while a level is visible.
 void syncBatchedKey() {
   uint64_t& included = strata::detail::tls_local_dispatch_key_set.included;
   const uint64_t bit = DispatchKeySet(DispatchKey::Batched).raw();
-  if (tls.visible.empty()) included &= ~bit;
+  if (!anyVisible()) included &= ~bit;
   else included |= bit;
 }
 
 bool isVisible(uint64_t id) {
-  for (const Level& l : tls.visible) {
+  for (const Level& l : state().visible) {
     if (l.id == id) return true;
   }
   return false;
 }
-bool isAlive(uint64_t id) { return std::find(tls.alive.begin(), tls.alive.end(), id) != tls.alive.end(); }
+bool isAlive(uint64_t id) {
+  const VmapTls& s = state();
+  return std::find(s.alive.begin(), s.alive.end(), id) != s.alive.end();
+}
 
 // Takes the current level off the stack for a scope (Note [vmap levels], 2 and 3).
 class LevelPop {
  public:
-  LevelPop() : level_(tls.visible.back()) {
-    tls.visible.pop_back();
+  LevelPop() : level_(state().visible.back()) {
+    state().visible.pop_back();
     syncBatchedKey();
   }
   ~LevelPop() {
-    tls.visible.push_back(level_);
+    state().visible.push_back(level_);
     syncBatchedKey();
   }
   LevelPop(const LevelPop&) = delete;
@@ -91,20 +112,31 @@ const BatchedWrapper* batchedOf(const Tensor& t) {
 }
 
 Tensor makeBatched(const Tensor& value, int64_t bdim, uint64_t level) {
-  const int64_t n = value.dim();
-  STRATA_INTERNAL_ASSERT(bdim >= 0 && bdim < n, "makeBatched: bdim out of range");
-  std::vector<int64_t> sizes, strides;
-  sizes.reserve(static_cast<size_t>(n - 1));
-  strides.reserve(static_cast<size_t>(n - 1));
-  for (int64_t d = 0; d < n; ++d) {
-    if (d == bdim) continue;
-    sizes.push_back(value.sizes()[d]);
-    strides.push_back(value.strides()[d]);
+  const size_t n = static_cast<size_t>(value.dim());
+  STRATA_INTERNAL_ASSERT(bdim >= 0 && static_cast<size_t>(bdim) < n, "makeBatched: bdim out of range");
+  // The logical sizes and strides: the value's without the batch dim (in place for
+  // the usual ranks: no allocation).
+  int64_t small[2][DimVector::kInline];
+  std::vector<int64_t> large[2];
+  int64_t* sizes = small[0];
+  int64_t* strides = small[1];
+  if (n - 1 > DimVector::kInline) {
+    large[0].resize(n - 1);
+    large[1].resize(n - 1);
+    sizes = large[0].data();
+    strides = large[1].data();
+  }
+  size_t k = 0;
+  for (size_t d = 0; d < n; ++d) {
+    if (d == static_cast<size_t>(bdim)) continue;
+    sizes[k] = value.sizes()[d];
+    strides[k] = value.strides()[d];
+    ++k;
   }
   auto wrapper = make_intrusive<BatchedWrapper>(value, bdim, level);
-  return Tensor(make_intrusive<TensorImpl>(value.storage(), value.dtype(), std::move(sizes), std::move(strides),
-                                           value.storage_offset(), DispatchKeySet(DispatchKey::Batched),
-                                           std::move(wrapper)));
+  return Tensor(make_intrusive<TensorImpl>(value.storage(), value.dtype(), IntArrayRef(sizes, n - 1),
+                                           IntArrayRef(strides, n - 1), value.storage_offset(),
+                                           DispatchKeySet(DispatchKey::Batched), std::move(wrapper)));
 }
 
 }  // namespace detail
@@ -126,7 +158,7 @@ Tensor get_unwrapped(const Tensor& t) {
   STRATA_CHECK(b != nullptr, Value, "get_unwrapped: the tensor is not a batched tensor");
   return b->value;
 }
-size_t vmap_depth() { return tls.alive.size(); }
+size_t vmap_depth() { return t_vmap != nullptr ? t_vmap->alive.size() : 0; }
 
 Tensor move_bdim_to_front(const Tensor& t, Dim bdim, int64_t batch_size) {
   if (bdim) return *bdim == 0 ? t : ops::movedim(t, *bdim, 0);
@@ -346,9 +378,15 @@ void pushRuleOutputs(const OperatorHandle& op, VmapResult& result, const Stack& 
 }
 
 void runRule(const OperatorHandle& op, Stack& stack, size_t base, const Level& level, const VmapRule& rule) {
-  Stack args(std::make_move_iterator(stack.begin() + static_cast<std::ptrdiff_t>(base)),
-             std::make_move_iterator(stack.end()));
-  stack.resize(base);
+  // The arguments move to the rule's stack (a swap, when they are all of it).
+  Stack args;
+  if (base == 0) {
+    args.swap(stack);
+  } else {
+    args.assign(std::make_move_iterator(stack.begin() + static_cast<std::ptrdiff_t>(base)),
+                std::make_move_iterator(stack.end()));
+    stack.resize(base);
+  }
   Stack original;
   if (op.schema().is_mutable()) original = args;
   LevelPop pop;
@@ -361,6 +399,10 @@ void runRule(const OperatorHandle& op, Stack& stack, size_t base, const Level& l
   }
   VmapResult result = rule(VmapInfo{level.batch_size, level.randomness}, in_dims, args);
   if (observed) note_dispatch_step(note + ", out_dims " + dimsStr(result.out_dims));
+  if (base == 0) {
+    args.clear();
+    stack.swap(args);  // the caller's stack back, with its capacity
+  }
   pushRuleOutputs(op, result, original, stack, level);
 }
 
@@ -475,7 +517,7 @@ namespace detail {
 void batchedKernel(const OperatorHandle& op, Stack& stack, const RuleData* rule) {
   const size_t nargs = op.schema().arguments().size();
   const size_t base = stack.size() - nargs;
-  const Level* cur = tls.visible.empty() ? nullptr : &tls.visible.back();
+  const Level* cur = anyVisible() ? &t_vmap->visible.back() : nullptr;
   const bool any = anyAtLevel(op, stack, base, cur);  // throws for a level that may not be seen
   if (cur == nullptr) {
     // Reached through the Batched key of a tensor whose level is gone: anyAtLevel threw.
@@ -504,8 +546,8 @@ void batchedKernel(const OperatorHandle& op, Stack& stack, const RuleData* rule)
 }
 
 Randomness currentRandomness() {
-  STRATA_INTERNAL_ASSERT(!tls.visible.empty(), "no vmap level");
-  return tls.visible.back().randomness;
+  STRATA_INTERNAL_ASSERT(anyVisible(), "no vmap level");
+  return t_vmap->visible.back().randomness;
 }
 
 }  // namespace detail
@@ -569,210 +611,173 @@ void register_vmap(std::string_view op, VmapRule rule, Library& lib, bool allow_
 
 namespace detail {
 
-struct VmapCall::Impl {
-  Dims in_dims;
-  Dims out_dims;
-  Randomness randomness;
-  std::optional<int64_t> chunk_size;
-  size_t num_args;
-
-  struct Input {
-    enum Kind { kTensor, kList, kOther } kind = kOther;
-    std::vector<Dim> dims;  // one per tensor (normalized, >= 0)
-    const std::type_info* type = nullptr;
-    std::vector<int64_t> ranks;
-    std::vector<int64_t> sizes;  // the mapped dim's size, per tensor (0 where unmapped)
-  };
-  std::vector<Input> inputs;
-  int64_t batch_size = 0;
-  struct Chunk {
-    int64_t start;
-    int64_t length;
-  };
-  std::vector<Chunk> chunks;
-  size_t chunk = 0;
-  bool in_chunk = false;
-  uint64_t level = 0;
-  // Per output leaf, per chunk: the unwrapped results.
-  std::vector<std::vector<Tensor>> results;
-  std::vector<Dim> leaf_dims;
-
-  std::string prefix() const { return "vmap(fn, in_dims=" + in_dims.str() + ", ...)(<inputs>): "; }
-
-  const DimEntry& entryFor(size_t arg) const { return in_dims.is_tuple() ? in_dims.entries()[arg] : in_dims.all(); }
-
-  void popLevel() {
-    if (!in_chunk) return;
-    in_chunk = false;
-    // The level is on top unless a rule is running (then it was popped by LevelPop
-    // and will not be restored into a dead slot: we remove it by id).
-    for (size_t i = tls.visible.size(); i > 0; --i) {
-      if (tls.visible[i - 1].id == level) {
-        tls.visible.erase(tls.visible.begin() + static_cast<std::ptrdiff_t>(i - 1));
-        break;
-      }
-    }
-    tls.alive.erase(std::remove(tls.alive.begin(), tls.alive.end(), level), tls.alive.end());
-    syncBatchedKey();
-  }
-};
+std::string VmapCall::prefix() const { return "vmap(fn, in_dims=" + in_dims_.str() + ", ...)(<inputs>): "; }
 
 VmapCall::VmapCall(const Dims& in_dims, const Dims& out_dims, Randomness randomness,
                    std::optional<int64_t> chunk_size, size_t num_args)
-    : impl_(new Impl{in_dims, out_dims, randomness, chunk_size, num_args, {}, 0, {}, 0, false, 0, {}, {}}) {
+    : in_dims_(in_dims), out_dims_(out_dims), randomness_(randomness), chunk_size_(chunk_size), num_args_(num_args) {
   initialize();
   STRATA_CHECK(num_args > 0, Value,
                "vmap(fn)(<inputs>): got no inputs. Maybe you forgot to add inputs, or you are trying to vmap over a "
                "function with no inputs. The latter is unsupported.");
   if (in_dims.is_tuple()) {
-    STRATA_CHECK(in_dims.entries().size() == num_args, Value, impl_->prefix(),
+    STRATA_CHECK(in_dims.entries().size() == num_args, Value, prefix(),
                  "in_dims is not compatible with the structure of `inputs`. in_dims has ", in_dims.entries().size(),
                  " entr", in_dims.entries().size() == 1 ? "y" : "ies", " but inputs has ", num_args, " argument",
                  num_args == 1 ? "" : "s", ".");
   }
-  impl_->inputs.resize(num_args);
 }
 
-VmapCall::~VmapCall() {
-  impl_->popLevel();
-  delete impl_;
-}
+VmapCall::~VmapCall() { exitChunk(); }
 
 namespace {
-std::string typeName(const std::type_info& t) {
-  std::string n = demangle(t);
-  return n;
-}
-Dim checkInDim(const VmapCall::Impl& c, size_t arg, const std::string& where, const Dim& d, const Tensor& t) {
+
+const DimEntry& entryFor(const Dims& dims, size_t arg) { return dims.is_tuple() ? dims.entries()[arg] : dims.all(); }
+
+// The in_dim of one tensor input, normalized; the message names where it is.
+Dim checkInDim(const std::string& prefix, size_t arg, std::optional<size_t> element, const Dim& d, const Tensor& t) {
+  STRATA_CHECK(t.defined(), Value, prefix, "argument ", arg, element ? ", element " + std::to_string(*element) : "",
+               " is an undefined tensor");
   if (!d) return d;
   const int64_t n = t.dim();
-  STRATA_CHECK(*d >= -n && *d < n, Value, c.prefix(), "Got in_dim=", *d, " for some input (", where,
-               "), but that input is a Tensor of dimensionality ", n, " so expected in_dim to satisfy -", n,
-               " <= in_dim < ", n, ".");
-  (void)arg;
+  STRATA_CHECK(*d >= -n && *d < n, Value, prefix, "Got in_dim=", *d, " for some input (argument ", arg,
+               element ? ", element " + std::to_string(*element) : "", "), but that input is a Tensor of "
+               "dimensionality ", n, " so expected in_dim to satisfy -", n, " <= in_dim < ", n, ".");
   return *d < 0 ? *d + n : *d;
 }
+
 }  // namespace
 
 void VmapCall::addTensor(size_t arg, const Tensor& t) {
-  const DimEntry& e = impl_->entryFor(arg);
-  const std::string where = "argument " + std::to_string(arg);
-  STRATA_CHECK(!e.is_list, Value, impl_->prefix(), "in_dims is not compatible with the structure of `inputs`: in_dim ",
-               e.str(), " is a list, but ", where, " is a Tensor.");
-  STRATA_CHECK(t.defined(), Value, impl_->prefix(), where, " is an undefined tensor");
-  Impl::Input& in = impl_->inputs[arg];
-  in.kind = Impl::Input::kTensor;
-  in.dims = {checkInDim(*impl_, arg, where, e.dim, t)};
-  in.ranks = {t.dim()};
-  in.sizes = {in.dims[0] ? t.sizes()[static_cast<size_t>(*in.dims[0])] : 0};
+  const DimEntry& e = entryFor(in_dims_, arg);
+  if (e.is_list) {
+    STRATA_FAIL(Value, prefix(), "in_dims is not compatible with the structure of `inputs`: in_dim ", e.str(),
+                " is a list, but argument ", arg, " is a Tensor.");
+  }
+  // Cheap checks first; the message (a string) is built only on failure.
+  const int64_t n = t.defined() ? t.dim() : -1;
+  Dim d = e.dim;
+  if (!t.defined() || (d && (*d < -n || *d >= n))) d = checkInDim(prefix(), arg, std::nullopt, e.dim, t);
+  if (d && *d < 0) *d += n;
+  tensors_.push_back({d, d ? t.sizes()[static_cast<size_t>(*d)] : 0});
 }
 
 void VmapCall::addList(size_t arg, const std::vector<Tensor>& ts) {
-  const DimEntry& e = impl_->entryFor(arg);
-  Impl::Input& in = impl_->inputs[arg];
-  in.kind = Impl::Input::kList;
-  if (e.is_list) {
-    STRATA_CHECK(e.elements.size() == ts.size(), Value, impl_->prefix(),
-                 "in_dims is not compatible with the structure of `inputs`: in_dim ", e.str(), " has ",
-                 e.elements.size(), " entries, but argument ", arg, " is a list of ", ts.size(), " tensors.");
+  const DimEntry& e = entryFor(in_dims_, arg);
+  if (e.is_list && e.elements.size() != ts.size()) {
+    STRATA_FAIL(Value, prefix(), "in_dims is not compatible with the structure of `inputs`: in_dim ", e.str(),
+                " has ", e.elements.size(), " entries, but argument ", arg, " is a list of ", ts.size(), " tensors.");
   }
   for (size_t k = 0; k < ts.size(); ++k) {
-    const std::string where = "argument " + std::to_string(arg) + ", element " + std::to_string(k);
-    STRATA_CHECK(ts[k].defined(), Value, impl_->prefix(), where, " is an undefined tensor");
-    in.dims.push_back(checkInDim(*impl_, arg, where, e.is_list ? e.elements[k] : e.dim, ts[k]));
-    in.ranks.push_back(ts[k].dim());
-    in.sizes.push_back(in.dims.back() ? ts[k].sizes()[static_cast<size_t>(*in.dims.back())] : 0);
+    const Dim d = checkInDim(prefix(), arg, k, e.is_list ? e.elements[k] : e.dim, ts[k]);
+    tensors_.push_back({d, d ? ts[k].sizes()[static_cast<size_t>(*d)] : 0});
   }
 }
 
 void VmapCall::addOther(size_t arg, const std::type_info& type) {
-  const DimEntry& e = impl_->entryFor(arg);
-  Impl::Input& in = impl_->inputs[arg];
-  in.kind = Impl::Input::kOther;
-  in.type = &type;
-  STRATA_CHECK(!e.is_list && !e.dim, Value, impl_->prefix(), "Got in_dim=", e.str(), " for an input (argument ",
-               arg, ") but the input is of type ", typeName(type),
+  const DimEntry& e = entryFor(in_dims_, arg);
+  STRATA_CHECK(!e.is_list && !e.dim, Value, prefix(), "Got in_dim=", e.str(), " for an input (argument ", arg,
+               ") but the input is of type ", demangle(type),
                ". We cannot vmap over non-Tensor arguments, please use None as the respective in_dim");
 }
 
 void VmapCall::start() {
-  std::vector<int64_t> sizes;
-  for (const Impl::Input& in : impl_->inputs) {
-    for (size_t k = 0; k < in.dims.size(); ++k) {
-      if (in.dims[k]) sizes.push_back(in.sizes[k]);
-    }
+  bool any = false;
+  bool differ = false;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (!tensors_[i].dim) continue;
+    if (any && tensors_[i].size != batch_size_) differ = true;
+    if (!any) batch_size_ = tensors_[i].size;
+    any = true;
   }
-  STRATA_CHECK(!sizes.empty(), Value, "vmap: Expected at least one Tensor to vmap over (in_dims=",
-               impl_->in_dims.str(), " maps none of the inputs)");
-  for (int64_t s : sizes) {
-    if (s == sizes[0]) continue;
+  STRATA_CHECK(any, Value, "vmap: Expected at least one Tensor to vmap over (in_dims=", in_dims_.str(),
+               " maps none of the inputs)");
+  if (differ) {
     std::string list = "[";
-    for (size_t k = 0; k < sizes.size(); ++k) list += (k ? ", " : "") + std::to_string(sizes[k]);
+    bool first = true;
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      if (!tensors_[i].dim) continue;
+      list += (first ? "" : ", ") + std::to_string(tensors_[i].size);
+      first = false;
+    }
     STRATA_FAIL(Value, "vmap: Expected all tensors to have the same size in the mapped dimension, got sizes ", list,
                 "] for the mapped dimension");
   }
-  impl_->batch_size = sizes[0];
-  const int64_t b = impl_->batch_size;
-  const int64_t step = impl_->chunk_size ? std::min<int64_t>(*impl_->chunk_size, std::max<int64_t>(b, 1)) : b;
-  if (b == 0 || step >= b) {
-    impl_->chunks = {{0, b}};
-  } else {
-    for (int64_t s = 0; s < b; s += step) impl_->chunks.push_back({s, std::min(step, b - s)});
-  }
+  step_ = chunk_size_ ? std::min<int64_t>(*chunk_size_, std::max<int64_t>(batch_size_, 1)) : batch_size_;
+  if (step_ <= 0) step_ = 1;
 }
 
-size_t VmapCall::numChunks() const { return impl_->chunks.size(); }
+size_t VmapCall::numChunks() const {
+  if (batch_size_ <= step_) return 1;
+  return static_cast<size_t>((batch_size_ + step_ - 1) / step_);
+}
 
 void VmapCall::enterChunk(size_t chunk) {
-  impl_->chunk = chunk;
-  impl_->level = tls.next_id++;
-  tls.visible.push_back(Level{impl_->level, impl_->chunks[chunk].length, impl_->randomness});
-  tls.alive.push_back(impl_->level);
-  impl_->in_chunk = true;
+  chunk_ = chunk;
+  cursor_ = 0;
+  VmapTls& s = state();
+  level_ = s.next_id++;
+  const int64_t start = static_cast<int64_t>(chunk) * step_;
+  s.visible.push_back(Level{level_, std::min(step_, batch_size_ - start), randomness_});
+  s.alive.push_back(level_);
+  in_chunk_ = true;
   syncBatchedKey();
 }
 
-void VmapCall::exitChunk() { impl_->popLevel(); }
-
-namespace {
-// The chunk's part of a mapped input, wrapped at the level.
-Tensor wrapInput(const VmapCall::Impl& c, const Tensor& t, Dim d) {
-  if (!d) return t;
-  const VmapCall::Impl::Chunk& ch = c.chunks[c.chunk];
-  Tensor piece = t;
-  if (c.chunks.size() > 1) {
-    piece = t.wrapper() == nullptr ? t.slice(*d, ch.start, ch.start + ch.length) : ops::narrow(t, *d, ch.start, ch.length);
+void VmapCall::exitChunk() {
+  if (!in_chunk_) return;
+  in_chunk_ = false;
+  // The level is on top of the stack (a rule's LevelPop has put back what it took).
+  VmapTls& s = state();
+  for (size_t i = s.visible.size(); i > 0; --i) {
+    if (s.visible[i - 1].id == level_) {
+      s.visible.erase(s.visible.begin() + static_cast<std::ptrdiff_t>(i - 1));
+      break;
+    }
   }
-  return makeBatched(piece, *d, c.level);
+  for (size_t i = s.alive.size(); i > 0; --i) {
+    if (s.alive[i - 1] == level_) {
+      s.alive.erase(s.alive.begin() + static_cast<std::ptrdiff_t>(i - 1));
+      break;
+    }
+  }
+  syncBatchedKey();
 }
-}  // namespace
 
-Tensor VmapCall::input(size_t arg, const Tensor& t) { return wrapInput(*impl_, t, impl_->inputs[arg].dims[0]); }
+Tensor VmapCall::input(size_t, const Tensor& t) {
+  const Dim d = tensors_[cursor_++].dim;
+  if (!d) return t;
+  Tensor piece = t;
+  if (numChunks() > 1) {
+    const int64_t start = static_cast<int64_t>(chunk_) * step_, length = std::min(step_, batch_size_ - start);
+    piece = t.wrapper() == nullptr ? t.slice(*d, start, start + length) : ops::narrow(t, *d, start, length);
+  }
+  return makeBatched(piece, *d, level_);
+}
 
 std::vector<Tensor> VmapCall::inputList(size_t arg, const std::vector<Tensor>& ts) {
   std::vector<Tensor> out;
   out.reserve(ts.size());
-  for (size_t k = 0; k < ts.size(); ++k) out.push_back(wrapInput(*impl_, ts[k], impl_->inputs[arg].dims[k]));
+  for (const Tensor& t : ts) out.push_back(input(arg, t));
   return out;
 }
 
-void VmapCall::collectOutputs(size_t num_outputs, bool single_tensor, std::vector<Leaf>& leaves) {
-  Impl& c = *impl_;
-  const Dims& od = c.out_dims;
-  const std::string prefix = "vmap(fn, ..., out_dims=" + od.str() + ")(<inputs>): ";
-  if (od.is_tuple()) {
-    STRATA_CHECK(od.entries().size() == num_outputs, Value, prefix,
-                 "out_dims is not compatible with the structure of `outputs`. out_dims has ", od.entries().size(),
-                 " entr", od.entries().size() == 1 ? "y" : "ies", " but outputs has ", num_outputs, " output",
-                 num_outputs == 1 ? "" : "s", single_tensor ? " (one Tensor)." : ".");
+void VmapCall::collectOutputs(size_t num_outputs, bool single_tensor, Leaves& leaves) {
+  const Dims& od = out_dims_;
+  auto where = [&] { return "vmap(fn, ..., out_dims=" + od.str() + ")(<inputs>): "; };
+  if (od.is_tuple() && od.entries().size() != num_outputs) {
+    STRATA_FAIL(Value, where(), "out_dims is not compatible with the structure of `outputs`. out_dims has ",
+                od.entries().size(), " entr", od.entries().size() == 1 ? "y" : "ies", " but outputs has ", num_outputs,
+                " output", num_outputs == 1 ? "" : "s", single_tensor ? " (one Tensor)." : ".");
   }
-  if (c.results.empty()) {
-    c.results.resize(leaves.size());
-    c.leaf_dims.resize(leaves.size());
+  const bool first_chunk = results_.empty();
+  if (first_chunk) {
+    for (size_t i = 0; i < leaves.size(); ++i) results_.push_back(LeafOut{});
   }
-  STRATA_CHECK(c.results.size() == leaves.size(), Value, "vmap(fn, ...): fn returned ", leaves.size(),
-               " values in one chunk and ", c.results.size(), " in another");
-  const int64_t batch = c.chunks[c.chunk].length;
+  STRATA_CHECK(results_.size() == leaves.size(), Value, "vmap(fn, ...): fn returned ", leaves.size(),
+               " values in one chunk and ", results_.size(), " in another");
+  const int64_t batch = std::min(step_, batch_size_ - static_cast<int64_t>(chunk_) * step_);
+  const bool chunked = numChunks() > 1;
   size_t element = 0;
   for (size_t i = 0; i < leaves.size(); ++i) {
     const Leaf& leaf = leaves[i];
@@ -780,59 +785,57 @@ void VmapCall::collectOutputs(size_t num_outputs, bool single_tensor, std::vecto
     const DimEntry& e = od.is_tuple() ? od.entries()[leaf.output] : od.all();
     Dim d = e.dim;
     if (e.is_list) {
-      STRATA_CHECK(element < e.elements.size(), Value, prefix, "out_dims is not compatible with the structure of "
+      STRATA_CHECK(element < e.elements.size(), Value, where(), "out_dims is not compatible with the structure of "
                    "`outputs`: out_dim ", e.str(), " has ", e.elements.size(), " entries for output ", leaf.output,
                    ", which has more.");
       d = e.elements[element];
     }
     if (leaf.tensor == nullptr) {
-      STRATA_CHECK(!d, Value, "vmap(fn, ...): `fn` must only return Tensors, got type ", typeName(*leaf.type),
+      STRATA_CHECK(!d, Value, "vmap(fn, ...): `fn` must only return Tensors, got type ", demangle(*leaf.type),
                    " (output ", leaf.output, "). Did you mean to set out_dims= to None for output?");
       continue;
     }
     const Tensor& t = *leaf.tensor;
     STRATA_CHECK(t.defined(), Value, "vmap(fn, ...): `fn` returned an undefined tensor (output ", leaf.output, ")");
     const BatchedWrapper* b = batchedOf(t);
-    if (b != nullptr && b->level != c.level && !isVisible(b->level)) {
+    if (b != nullptr && b->level != level_ && !isVisible(b->level)) {
       STRATA_FAIL(Value, "vmap(fn, ...): `fn` returned (output ", leaf.output, ") a batched tensor of vmap level ",
-                  b->level, ", which is not this vmap's level (", c.level, ") nor an outer one: it escaped its own vmap");
+                  b->level, ", which is not this vmap's level (", level_, ") nor an outer one: it escaped its own "
+                  "vmap");
     }
-    const bool mine = b != nullptr && b->level == c.level;
+    const bool mine = b != nullptr && b->level == level_;
+    LeafOut& r = results_[i];
+    Tensor out;
     if (!d) {
       STRATA_CHECK(!mine, Value, "vmap(fn, ...): `fn` can not return a BatchedTensor when out_dim is None (output ",
                    leaf.output, ")");
-      c.results[i].push_back(t);
-      continue;
-    }
-    const int64_t rank = t.dim() + 1;
-    STRATA_CHECK(*d >= -rank && *d < rank, Index, prefix, "Dimension out of range (expected to be in range of [",
-                 -rank, ", ", rank - 1, "], but got ", *d, ") for output ", leaf.output, " of dimensionality ",
-                 rank - 1, " plus the batch dim");
-    const int64_t o = *d < 0 ? *d + rank : *d;
-    c.leaf_dims[i] = o;
-    Tensor out;
-    if (mine) {
-      out = b->bdim == o ? b->value : ops::movedim(b->value, b->bdim, o);
+      out = t;
     } else {
-      // Not batched at this level: the same value for every batch element.
-      std::vector<int64_t> size(static_cast<size_t>(rank), -1);
-      size[static_cast<size_t>(o)] = batch;
-      out = ops::expand(ops::unsqueeze(t, o), size);
+      const int64_t rank = t.dim() + 1;
+      STRATA_CHECK(*d >= -rank && *d < rank, Index, where(), "Dimension out of range (expected to be in range of [",
+                   -rank, ", ", rank - 1, "], but got ", *d, ") for output ", leaf.output, " of dimensionality ",
+                   rank - 1, " plus the batch dim");
+      const int64_t o = *d < 0 ? *d + rank : *d;
+      r.dim = o;
+      if (mine) {
+        out = b->bdim == o ? b->value : ops::movedim(b->value, b->bdim, o);
+      } else {
+        // Not batched at this level: the same value for every batch element.
+        std::vector<int64_t> size(static_cast<size_t>(rank), -1);
+        size[static_cast<size_t>(o)] = batch;
+        out = ops::expand(ops::unsqueeze(t, o), size);
+      }
     }
-    c.results[i].push_back(std::move(out));
+    if (first_chunk) r.first = out;
+    if (chunked) r.chunks.push_back(std::move(out));
   }
 }
 
-void VmapCall::finish(std::vector<Leaf>& leaves) {
-  Impl& c = *impl_;
+void VmapCall::finish(Leaves& leaves) {
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (leaves[i].tensor == nullptr) continue;
-    std::vector<Tensor>& r = c.results[i];
-    if (r.size() == 1 || !c.leaf_dims[i]) {
-      *leaves[i].tensor = r[0];
-    } else {
-      *leaves[i].tensor = ops::cat(r, *c.leaf_dims[i]);
-    }
+    const LeafOut& r = results_[i];
+    *leaves[i].tensor = r.chunks.size() > 1 && r.dim ? ops::cat(r.chunks, *r.dim) : r.first;
   }
 }
 

@@ -85,11 +85,11 @@ std::vector<int64_t> contiguousStrides(IntArrayRef sizes) {
   return strides;
 }
 
-TensorImpl::TensorImpl(Storage storage, ScalarType dtype, std::vector<int64_t> sizes,
-                       std::vector<int64_t> strides, int64_t storage_offset)
+TensorImpl::TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides,
+                       int64_t storage_offset)
     : storage_(std::move(storage)),
-      sizes_(std::move(sizes)),
-      strides_(std::move(strides)),
+      sizes_(sizes),
+      strides_(strides),
       storage_offset_(storage_offset),
       dtype_(dtype) {
   STRATA_INTERNAL_ASSERT(storage_, "a TensorImpl needs a storage");
@@ -103,12 +103,12 @@ TensorImpl::TensorImpl(Storage storage, ScalarType dtype, std::vector<int64_t> s
   key_set_ = computeKeySet(storage_->device(), false);
 }
 
-TensorImpl::TensorImpl(Storage storage, ScalarType dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+TensorImpl::TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides,
                        int64_t storage_offset, DispatchKeySet layer_keys, intrusive_ptr<TensorWrapper> wrapper)
     : storage_(std::move(storage)),
       wrapper_(std::move(wrapper)),
-      sizes_(std::move(sizes)),
-      strides_(std::move(strides)),
+      sizes_(sizes),
+      strides_(strides),
       storage_offset_(storage_offset),
       dtype_(dtype),
       layer_keys_(layer_keys) {

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -8,9 +9,7 @@ namespace strata {
 
 Tensor empty_strided(IntArrayRef sizes, IntArrayRef strides, TensorOptions options) {
   const size_t nbytes = detail::requiredStorageBytes(sizes, strides, 0, elementSize(options.dtype));
-  Tensor t(make_intrusive<TensorImpl>(allocateStorage(nbytes, options.device), options.dtype,
-                                      std::vector<int64_t>(sizes.begin(), sizes.end()),
-                                      std::vector<int64_t>(strides.begin(), strides.end()), 0));
+  Tensor t(make_intrusive<TensorImpl>(allocateStorage(nbytes, options.device), options.dtype, sizes, strides, 0));
   if (options.requires_grad) t.set_requires_grad(true);
   return t;
 }
@@ -19,8 +18,20 @@ Tensor empty(IntArrayRef sizes, TensorOptions options) {
   for (int64_t s : sizes) {
     STRATA_CHECK(s >= 0, Value, "empty(): negative size ", s, " in ", detail::shapeStr(sizes));
   }
-  const std::vector<int64_t> strides = contiguousStrides(sizes);
-  return empty_strided(sizes, strides, options);
+  // Contiguous strides, in place for the usual ranks (no allocation).
+  int64_t small[DimVector::kInline];
+  std::vector<int64_t> large;
+  int64_t* strides = small;
+  if (sizes.size() > DimVector::kInline) {
+    large.resize(sizes.size());
+    strides = large.data();
+  }
+  int64_t acc = 1;
+  for (size_t i = sizes.size(); i > 0; --i) {
+    strides[i - 1] = acc;
+    acc *= std::max<int64_t>(sizes[i - 1], 1);
+  }
+  return empty_strided(sizes, IntArrayRef(strides, sizes.size()), options);
 }
 
 Tensor zeros(IntArrayRef sizes, TensorOptions options) {

@@ -123,6 +123,60 @@ TEST(BenchReport, TheAutocastGoalsAndThroughput) {
   EXPECT_EQ(peerResults(*peer).count("autocast/matmul_4x4"), 1u);
 }
 
+TEST(BenchReport, TheVmapGoalsAndThePythonAnchors) {
+  QJsonArray b;
+  for (int n : {1, 2, 4, 8, 16, 32, 64}) {
+    b.append(entry("vmap/muladd_plain/" + QString::number(n), 100 + 2.0 * n));
+    b.append(entry("vmap/muladd_rule/" + QString::number(n), 220 + 2.0 * n + (n == 64 ? 10 : 0)));  // 120-130 ns over
+    b.append(entry("vmap/muladd_fallback/" + QString::number(n), 300 + 400.0 * n));
+  }
+  QString error;
+  const auto run = parseBenchmarkJson(doc(b), &error);
+  ASSERT_TRUE(run.has_value()) << error.toStdString();
+  const auto python = parsePythonAnchors("python_vmap_muladd_rule_B8_ns 33200\nnot a line\n"
+                                         "python_vmap_muladd_rule_B64_ns 1000\npython_fake_mode_muladd_ns 144000\n",
+                                         &error);
+  ASSERT_TRUE(python.has_value());
+  EXPECT_EQ(python->size(), 3u);
+  EXPECT_EQ(anchorScenario("python_vmap_muladd_rule_B64_ns"), "vmap/muladd_rule/64");
+  EXPECT_EQ(anchorScenario("python_fake_mode_muladd_ns"), "");
+  BenchGoal over;
+  for (const BenchGoal& g : checkGoals(*run, nullptr, &*python)) {
+    if (g.goal.contains("at most 150 ns")) over = g;
+  }
+  EXPECT_TRUE(over.met) << over.measured.toStdString();
+  EXPECT_THAT(over.measured.toStdString(), HasSubstr("130"));
+  EXPECT_THAT(over.measured.toStdString(), HasSubstr("B = 64"));
+  bool flat = false, linear = false, faster = false, slower = false;
+  for (const BenchGoal& g : checkGoals(*run, nullptr, &*python)) {
+    if (g.goal.contains("flat in B")) flat = g.met;
+    if (g.goal.contains("fallback/B grows linearly")) {
+      linear = g.met;
+      EXPECT_THAT(g.measured.toStdString(), HasSubstr("400 ns per batch element, R^2 = 1.0000 over 7 sizes"));
+    }
+    if (g.goal.contains("python_vmap_muladd_rule_B8_ns")) faster = g.met;
+    if (g.goal.contains("python_vmap_muladd_rule_B64_ns")) slower = !g.met;
+  }
+  EXPECT_TRUE(flat);
+  EXPECT_TRUE(linear);
+  EXPECT_TRUE(faster);
+  EXPECT_TRUE(slower);  // 354 ns is not at most 0.1x 1000 ns: the goal can be missed
+  EXPECT_FALSE(parsePythonAnchors("nothing here", &error).has_value());
+  EXPECT_THAT(error.toStdString(), HasSubstr("python_layers/run.sh"));
+  // A layer 300 ns over its call misses the 150 ns goal.
+  QJsonArray slow{entry("vmap/muladd_plain/1", 100), entry("vmap/muladd_rule/1", 400), entry("vmap/muladd_plain/8", 100),
+                  entry("vmap/muladd_rule/8", 400)};
+  const auto slow_run = parseBenchmarkJson(doc(slow), &error);
+  for (const BenchGoal& g : checkGoals(*slow_run, nullptr)) {
+    if (g.goal.contains("at most 150 ns")) EXPECT_FALSE(g.met);
+  }
+  // The chart draws both vmap lines.
+  const QString svg = renderSvg(*run, nullptr, "libtorch");
+  EXPECT_THAT(svg.toStdString(), HasSubstr("batching rule, B = 64"));
+  EXPECT_THAT(svg.toStdString(), HasSubstr("for-loop fallback, B = 64"));
+  EXPECT_THAT(svg.toStdString(), HasSubstr("fallback fit:"));
+}
+
 TEST(BenchReport, TheChartHasABarPerScenarioAndTheModeStackLine) {
   QString error;
   auto strata = parseBenchmarkJson(doc({entry("unboxed/ident", 3), entry("mode_stack/0", 4), entry("mode_stack/1", 34),

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -64,15 +65,41 @@ class STRATA_API TensorWrapper : public intrusive_ptr_target {
   virtual std::string str() const = 0;
 };
 
+// A tensor's sizes or strides: up to kInline dims in place, more on the heap, so
+// making a tensor of up to 5 dims allocates nothing for them.
+class STRATA_API DimVector {
+ public:
+  static constexpr size_t kInline = 5;
+  DimVector() = default;
+  explicit DimVector(IntArrayRef v) : n_(v.size()) {
+    int64_t* p = inline_;
+    if (n_ > kInline) {
+      heap_.reset(new int64_t[n_]);
+      p = heap_.get();
+    }
+    for (size_t i = 0; i < n_; ++i) p[i] = v[i];
+  }
+  const int64_t* data() const { return heap_ ? heap_.get() : inline_; }
+  size_t size() const { return n_; }
+  const int64_t* begin() const { return data(); }
+  const int64_t* end() const { return data() + n_; }
+  int64_t operator[](size_t i) const { return data()[i]; }
+  operator IntArrayRef() const { return IntArrayRef(data(), n_); }  // NOLINT
+
+ private:
+  std::unique_ptr<int64_t[]> heap_;
+  size_t n_ = 0;
+  int64_t inline_[kInline] = {};
+};
+
 class STRATA_API TensorImpl final : public intrusive_ptr_target {
  public:
   // REQUIRES: sizes.size() == strides.size(); every size >= 0; the elements the
   // sizes and strides reach lie inside storage (checked; throws strata::Error).
-  TensorImpl(Storage storage, ScalarType dtype, std::vector<int64_t> sizes,
-             std::vector<int64_t> strides, int64_t storage_offset);
+  TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
   // A wrapper tensor (Note [Wrapper tensors]): layer_keys join the key set.
-  TensorImpl(Storage storage, ScalarType dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides,
-             int64_t storage_offset, DispatchKeySet layer_keys, intrusive_ptr<TensorWrapper> wrapper);
+  TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset,
+             DispatchKeySet layer_keys, intrusive_ptr<TensorWrapper> wrapper);
 
   IntArrayRef sizes() const { return sizes_; }
   IntArrayRef strides() const { return strides_; }
@@ -93,8 +120,8 @@ class STRATA_API TensorImpl final : public intrusive_ptr_target {
  private:
   Storage storage_;
   intrusive_ptr<TensorWrapper> wrapper_;
-  std::vector<int64_t> sizes_;
-  std::vector<int64_t> strides_;
+  DimVector sizes_;
+  DimVector strides_;
   int64_t storage_offset_;
   int64_t numel_;
   ScalarType dtype_;

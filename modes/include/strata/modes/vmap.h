@@ -44,6 +44,7 @@
 // it warns once per op, and set_vmap_fallback_enabled(false) makes it an error.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -171,7 +172,34 @@ STRATA_MODES_API std::vector<std::string> core_ops_with_batching_rules();
 
 namespace detail {
 
+// A vector that keeps its first N elements inline: a vmap call allocates nothing for
+// its bookkeeping (bench vmap/muladd_rule/B).
+template <typename T, size_t N>
+class SmallVec {
+ public:
+  void push_back(T v) {
+    if (n_ < N) inline_[n_] = std::move(v);
+    else heap_.push_back(std::move(v));
+    ++n_;
+  }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  T& operator[](size_t i) { return i < N ? inline_[i] : heap_[i - N]; }
+  const T& operator[](size_t i) const { return i < N ? inline_[i] : heap_[i - N]; }
+  void clear() {
+    for (size_t i = 0; i < n_ && i < N; ++i) inline_[i] = T();
+    heap_.clear();
+    n_ = 0;
+  }
+
+ private:
+  std::array<T, N> inline_{};
+  std::vector<T> heap_;
+  size_t n_ = 0;
+};
+
 // One vmapped call: checks in_dims and the inputs, runs the chunks, unwraps outputs.
+// in_dims and out_dims must outlive it.
 class STRATA_MODES_API VmapCall {
  public:
   VmapCall(const Dims& in_dims, const Dims& out_dims, Randomness randomness, std::optional<int64_t> chunk_size,
@@ -189,7 +217,8 @@ class STRATA_MODES_API VmapCall {
   void start();
   size_t numChunks() const;
 
-  // Pass 2, per chunk: pushes the chunk's level, wraps the inputs.
+  // Pass 2, per chunk: pushes the chunk's level, wraps the inputs (in the order they
+  // were added).
   void enterChunk(size_t chunk);
   Tensor input(size_t arg, const Tensor& t);
   std::vector<Tensor> inputList(size_t arg, const std::vector<Tensor>& ts);
@@ -197,21 +226,44 @@ class STRATA_MODES_API VmapCall {
   void exitChunk();
 
   // Pass 3, per chunk, after exitChunk: the outputs in order. `output` is the index of
-  // the top-level output the leaf belongs to; t is null for a non-tensor leaf.
+  // the top-level output the leaf belongs to; tensor is null for a non-tensor leaf.
   struct Leaf {
-    size_t output;
-    Tensor* tensor;
-    const std::type_info* type;
+    size_t output = 0;
+    Tensor* tensor = nullptr;
+    const std::type_info* type = nullptr;
   };
-  void collectOutputs(size_t num_outputs, bool single_tensor, std::vector<Leaf>& leaves);
+  using Leaves = SmallVec<Leaf, 4>;
+  void collectOutputs(size_t num_outputs, bool single_tensor, Leaves& leaves);
   // After the last chunk: writes the (concatenated) results into leaves (the first
   // chunk's outputs).
-  void finish(std::vector<Leaf>& leaves);
+  void finish(Leaves& leaves);
 
-  struct Impl;  // vmap.cc
+  struct TensorIn {
+    Dim dim;           // normalized, >= 0
+    int64_t size = 0;  // of the mapped dim
+  };
+  struct LeafOut {
+    Tensor first;                 // chunk 0's result
+    std::vector<Tensor> chunks;   // every chunk's, when there are several
+    Dim dim;                      // the normalized out_dim
+  };
 
  private:
-  Impl* impl_;
+  std::string prefix() const;
+
+  const Dims& in_dims_;
+  const Dims& out_dims_;
+  Randomness randomness_;
+  std::optional<int64_t> chunk_size_;
+  size_t num_args_;
+  SmallVec<TensorIn, 8> tensors_;
+  size_t cursor_ = 0;  // the next tensor input() wraps
+  int64_t batch_size_ = 0;
+  int64_t step_ = 0;  // the chunk length
+  size_t chunk_ = 0;
+  bool in_chunk_ = false;
+  uint64_t level_ = 0;
+  SmallVec<LeafOut, 4> results_;
 };
 
 template <typename T>
@@ -238,7 +290,7 @@ decltype(auto) wrapArg(VmapCall& call, size_t i, const T& a) {
 }
 
 template <typename T>
-void leavesOf(T& v, size_t output, std::vector<VmapCall::Leaf>& leaves) {
+void leavesOf(T& v, size_t output, VmapCall::Leaves& leaves) {
   using D = std::decay_t<T>;
   if constexpr (std::is_same_v<D, Tensor>) {
     leaves.push_back({output, &v, &typeid(Tensor)});
@@ -251,7 +303,7 @@ void leavesOf(T& v, size_t output, std::vector<VmapCall::Leaf>& leaves) {
 
 // The leaves of a result; returns the number of top-level outputs.
 template <typename R>
-size_t outputLeaves(R& r, std::vector<VmapCall::Leaf>& leaves) {
+size_t outputLeaves(R& r, VmapCall::Leaves& leaves) {
   if constexpr (IsTupleLike<R>::value) {
     size_t n = 0;
     std::apply([&](auto&... e) { (leavesOf(e, n++, leaves), ...); }, r);
@@ -295,12 +347,12 @@ class Vmapped {
     const auto refs = std::forward_as_tuple(args...);
     using R = std::decay_t<decltype(detail::invokeWrapped(fn_, call, refs, std::index_sequence_for<Args...>{}))>;
     std::optional<R> first;
-    std::vector<detail::VmapCall::Leaf> first_leaves;
+    detail::VmapCall::Leaves first_leaves;
     for (size_t c = 0; c < call.numChunks(); ++c) {
       call.enterChunk(c);
       R out = detail::invokeWrapped(fn_, call, refs, std::index_sequence_for<Args...>{});
       call.exitChunk();
-      std::vector<detail::VmapCall::Leaf> leaves;
+      detail::VmapCall::Leaves leaves;
       const size_t n = detail::outputLeaves(out, leaves);
       call.collectOutputs(n, std::is_same_v<R, Tensor>, leaves);
       if (c == 0) first.emplace(std::move(out));

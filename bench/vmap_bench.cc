@@ -1,0 +1,98 @@
+// The vmap layer on 4-element rows, B of them: a custom op with a batching rule
+// (register_vmap, as a bundle ships one), the same op without one (the for-loop
+// fallback: B calls and a stack), the op called plainly on the same [B, 4] data (what
+// the rule's one call costs: the layer's overhead is vmap/muladd_rule/B minus it), and
+// a nested vmap 2x8. The ops compute a*b+c into a new tensor, as a kernel does. Paired
+// with PyTorch's functorch.vmap in Python (../shared/anchors/python_layers:
+// python_vmap_muladd_rule_B{8,64}_ns) by `strata bench --python-anchors FILE`.
+#include <benchmark/benchmark.h>
+
+#include "bench_ops.h"
+#include "strata/modes/log_mode.h"
+#include "strata/modes/vmap.h"
+
+namespace strata::bench {
+namespace {
+
+using VmSig = Tensor(const Tensor&, const Tensor&, double);
+
+Tensor muladd_vm_cpu(const Tensor& a, const Tensor& b, double c) {
+  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  Tensor out = empty(a.sizes(), ScalarType::Float);
+  const float* pa = ac.data_ptr<float>();
+  const float* pb = bc.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  const auto cf = static_cast<float>(c);
+  for (int64_t i = 0; i < out.numel(); ++i) po[i] = pa[i] * pb[i] + cf;
+  return out;
+}
+
+struct VmapOps {
+  TypedOperatorHandle<VmSig> with_rule;
+  TypedOperatorHandle<VmSig> without_rule;
+};
+
+// bench_vm::muladd (a batching rule, as muladd 1.1.0's) and bench_vm::muladd_loop
+// (none); leaked, as every bench op: they outlive static destruction.
+const VmapOps& vmapOps() {
+  static const VmapOps ops = [] {
+    modes::set_warning_sink([](std::string_view) {});  // the fallback's one warning
+    auto* lib = new Library(Library::DEF, "bench_vm");
+    lib->def("muladd(Tensor a, Tensor b, float c) -> Tensor");
+    lib->def("muladd_loop(Tensor a, Tensor b, float c) -> Tensor");
+    lib->impl("muladd", &muladd_vm_cpu, DispatchKey::CPU);
+    lib->impl("muladd_loop", &muladd_vm_cpu, DispatchKey::CPU);
+    auto op = Dispatcher::singleton().findSchemaOrThrow("bench_vm::muladd", "").typed<VmSig>();
+    modes::register_vmap(
+        "bench_vm::muladd",
+        [op](const modes::VmapInfo& info, const modes::InDims& in_dims, Stack& args) -> modes::VmapResult {
+          const Tensor a = modes::move_bdim_to_front(args[0].toTensor(), in_dims[0], info.batch_size);
+          const Tensor b = modes::move_bdim_to_front(args[1].toTensor(), in_dims[1], info.batch_size);
+          return {{op.call(a, b, args[2].toDouble())}, {0}};
+        },
+        *lib);
+    return VmapOps{op, Dispatcher::singleton().findSchemaOrThrow("bench_vm::muladd_loop", "").typed<VmSig>()};
+  }();
+  return ops;
+}
+
+void runVmapped(benchmark::State& s, const TypedOperatorHandle<VmSig>& op) {
+  const int64_t b = s.range(0);
+  const Tensor x = ones({b, 4}), y = ones({b, 4});
+  const auto f = modes::vmap([&op](const Tensor& p, const Tensor& q) { return op.call(p, q, 2.0); });
+  Tensor out;
+  for (auto _ : s) benchmark::DoNotOptimize(out = f(x, y));
+  if (out.dim() != 2 || out.sizes()[0] != b || out.sizes()[1] != 4) s.SkipWithError("vmap gave the wrong shape");
+}
+
+void vmap_muladd_rule(benchmark::State& s) { runVmapped(s, vmapOps().with_rule); }
+void vmap_muladd_fallback(benchmark::State& s) { runVmapped(s, vmapOps().without_rule); }
+
+// The rule's work without the layer: one plain call on the [B, 4] data.
+void vmap_muladd_plain(benchmark::State& s) {
+  const auto& op = vmapOps().with_rule;
+  const Tensor x = ones({s.range(0), 4}), y = ones({s.range(0), 4});
+  for (auto _ : s) benchmark::DoNotOptimize(op.call(x, y, 2.0));
+}
+
+void vmap_nested_2x8(benchmark::State& s) {
+  const auto& op = vmapOps().with_rule;
+  const Tensor x = ones({2, 8, 4}), y = ones({2, 8, 4});
+  const auto f = modes::vmap(modes::vmap([&op](const Tensor& p, const Tensor& q) { return op.call(p, q, 2.0); }));
+  Tensor out;
+  for (auto _ : s) benchmark::DoNotOptimize(out = f(x, y));
+  if (out.dim() != 3 || out.sizes()[0] != 2 || out.sizes()[1] != 8) s.SkipWithError("vmap gave the wrong shape");
+}
+
+void batches(benchmark::internal::Benchmark* b) {
+  for (int64_t n : {1, 2, 4, 8, 16, 32, 64}) b->Arg(n);
+}
+
+}  // namespace
+
+BENCHMARK(vmap_muladd_rule)->Name("vmap/muladd_rule")->Apply(batches);
+BENCHMARK(vmap_muladd_plain)->Name("vmap/muladd_plain")->Apply(batches);
+BENCHMARK(vmap_muladd_fallback)->Name("vmap/muladd_fallback")->Apply(batches);
+BENCHMARK(vmap_nested_2x8)->Name("vmap/nested_2x8");
+
+}  // namespace strata::bench
