@@ -76,8 +76,9 @@ AutocastSpec parseAutocastSpec(const std::string& text) {
 }
 
 // --vmap IN_DIMS: "0", "0,0,None", "1,None": one entry per argument of the op in
-// schema order (omitted trailing ones are None), or one for every argument.
-std::vector<modes::Dim> parseVmapInDims(const std::string& text, size_t num_args) {
+// schema order (omitted trailing ones are None), or one for every tensor argument
+// (*broadcast set).
+std::vector<modes::Dim> parseVmapInDims(const std::string& text, size_t num_args, bool* broadcast) {
   std::vector<modes::Dim> dims;
   size_t start = 0;
   while (true) {
@@ -104,7 +105,8 @@ std::vector<modes::Dim> parseVmapInDims(const std::string& text, size_t num_args
   }
   STRATA_CHECK(dims.size() <= num_args, Value, "--vmap ", text, ": in_dims has ", dims.size(),
                " entries but the op has ", num_args, " arguments");
-  if (dims.size() == 1 && text.find(',') == std::string::npos) dims.assign(num_args, dims[0]);
+  *broadcast = dims.size() == 1 && text.find(',') == std::string::npos;
+  if (*broadcast) dims.assign(num_args, dims[0]);
   dims.resize(num_args, std::nullopt);
   return dims;
 }
@@ -265,24 +267,43 @@ int runDumpCommand(const QStringList& args) {
 Stack callUnderVmap(const OperatorHandle& op, Stack stack, const std::string& in_dims_text, bool with_explain,
                     QTextStream& out) {
   const FunctionSchema& schema = op.schema();
-  const std::vector<modes::Dim> dims = parseVmapInDims(in_dims_text, schema.arguments().size());
-  std::vector<size_t> positions;
-  std::vector<Tensor> tensors;
-  std::vector<modes::Dim> tensor_dims;
+  bool broadcast = false;
+  std::vector<modes::Dim> dims = parseVmapInDims(in_dims_text, schema.arguments().size(), &broadcast);
   std::string shown = "(";
   for (size_t i = 0; i < dims.size(); ++i) shown += (i ? ", " : "") + (dims[i] ? std::to_string(*dims[i]) : "None");
   shown += dims.size() == 1 ? ",)" : ")";
+  // The tensors go to vmap as one list, each with its in_dim; where[k] is the
+  // argument (and, in a Tensor[], the element) tensor k came from.
+  struct Where {
+    size_t arg;
+    std::optional<size_t> element;
+  };
+  std::vector<Where> where;
+  std::vector<Tensor> tensors;
+  std::vector<modes::Dim> tensor_dims;
+  auto checkRange = [&](size_t i, const Tensor& t) {
+    const int64_t n = t.dim();
+    STRATA_CHECK(!dims[i] || (*dims[i] >= -n && *dims[i] < n), Value, "vmap(", op.name(), ", in_dims=", shown,
+                 ", ...)(<inputs>): Got in_dim=", *dims[i], " for some input (argument ", i, ", ",
+                 schema.arguments()[i].name, "), but that input is a Tensor of dimensionality ", n,
+                 " so expected in_dim to satisfy -", n, " <= in_dim < ", n, ".");
+  };
   for (size_t i = 0; i < stack.size(); ++i) {
     if (stack[i].isTensor()) {
-      if (const int64_t n = stack[i].toTensor().dim(); dims[i]) {
-        STRATA_CHECK(*dims[i] >= -n && *dims[i] < n, Value, "vmap(", op.name(), ", in_dims=", shown,
-                     ", ...)(<inputs>): Got in_dim=", *dims[i], " for some input (argument ", i, ", ",
-                     schema.arguments()[i].name, "), but that input is a Tensor of dimensionality ", n,
-                     " so expected in_dim to satisfy -", n, " <= in_dim < ", n, ".");
-      }
-      positions.push_back(i);
+      checkRange(i, stack[i].toTensor());
+      where.push_back({i, std::nullopt});
       tensors.push_back(stack[i].toTensor());
       tensor_dims.push_back(dims[i]);
+    } else if (stack[i].isTensorList()) {
+      const std::vector<Tensor>& ts = stack[i].toTensorList();
+      for (size_t k = 0; k < ts.size(); ++k) {
+        checkRange(i, ts[k]);
+        where.push_back({i, k});
+        tensors.push_back(ts[k]);
+        tensor_dims.push_back(dims[i]);
+      }
+    } else if (broadcast) {
+      dims[i] = std::nullopt;  // one in_dim for all maps the tensors, as torch.vmap(op, 0) with defaults unset
     } else {
       STRATA_CHECK(!dims[i], Value, "vmap(", op.name(), ", in_dims=", shown, ", ...)(<inputs>): Got in_dim=",
                    *dims[i], " for an input (argument ", i, ", ", schema.arguments()[i].name,
@@ -297,7 +318,15 @@ Stack callUnderVmap(const OperatorHandle& op, Stack stack, const std::string& in
   std::string explanation;
   auto fn = [&](const std::vector<Tensor>& batched) {
     Stack s = stack;
-    for (size_t k = 0; k < positions.size(); ++k) s[positions[k]] = IValue(batched[k]);
+    for (size_t k = 0; k < where.size(); ++k) {
+      if (!where[k].element) {
+        s[where[k].arg] = IValue(batched[k]);
+        continue;
+      }
+      std::vector<Tensor> list = s[where[k].arg].toTensorList();
+      list[*where[k].element] = batched[k];
+      s[where[k].arg] = IValue(std::move(list));
+    }
     if (with_explain) {
       const Explanation ex = explain(op, std::move(s));
       explanation = ex.str();

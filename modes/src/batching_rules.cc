@@ -249,6 +249,10 @@ VmapRule expandRule() {
     const int64_t n = static_cast<int64_t>(size.size());
     STRATA_CHECK(n >= rank, Value, "core::expand: the number of sizes provided (", n,
                  ") must be greater or equal to the number of dimensions in the tensor (", rank, ")");
+    for (int64_t i = 0; i < n - rank; ++i) {
+      STRATA_CHECK(size[static_cast<size_t>(i)] >= 0, Value, "core::expand: the expanded size of the tensor (",
+                   size[static_cast<size_t>(i)], ") isn't allowed in a leading, non-existing dimension ", i);
+    }
     Tensor x = front(v, in_dims[0]);
     for (int64_t i = rank; i < n; ++i) x = ops::unsqueeze(x, 1);  // new leading logical dims
     std::vector<int64_t> physical{info.batch_size};

@@ -3,6 +3,7 @@
 #include "strata/modes/vmap.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -30,21 +31,29 @@ struct Level {
 
 struct VmapTls {
   std::vector<Level> visible;   // the level stack; the top is the current level
-  std::vector<uint64_t> alive;  // every level whose vmap is running, visible or not
-  uint64_t next_id = 1;
+  std::vector<uint64_t> alive;  // every level whose vmap is running on this thread
 };
+
+// Level ids are unique in the process (not per thread), so a batched tensor that
+// reaches another thread is never taken for one of that thread's levels.
+std::atomic<uint64_t> g_next_level{1};
 
 // This thread's state, made on its first vmap. The pointer is initial-exec TLS (one
 // %fs-relative load, no __tls_get_addr call per access); the owner frees it when the
-// thread exits.
+// thread exits, and clears the pointer first.
 __thread VmapTls* t_vmap __attribute__((tls_model("initial-exec"))) = nullptr;
 
+struct StateOwner {
+  std::unique_ptr<VmapTls> state;
+  ~StateOwner() { t_vmap = nullptr; }
+};
+
 VmapTls& makeState() {
-  thread_local std::unique_ptr<VmapTls> owner;
-  owner = std::make_unique<VmapTls>();
-  owner->visible.reserve(8);
-  owner->alive.reserve(8);
-  t_vmap = owner.get();
+  thread_local StateOwner owner;
+  owner.state = std::make_unique<VmapTls>();
+  owner.state->visible.reserve(8);
+  owner.state->alive.reserve(8);
+  t_vmap = owner.state.get();
   return *t_vmap;
 }
 
@@ -247,8 +256,8 @@ std::string dimsStr(const std::vector<Dim>& dims) {
 [[noreturn]] void badLevel(const OperatorHandle& op, const detail::BatchedWrapper& b, const Level* cur) {
   if (!isAlive(b.level)) {
     STRATA_FAIL(Value, "vmap: ", op.name(), " got a batched tensor of vmap level ", b.level,
-                ", whose vmap has returned: a batched tensor must not escape its vmap (return it from the vmapped "
-                "function, which unwraps it)");
+                ", whose vmap has returned (or runs on another thread): a batched tensor must not escape its vmap "
+                "(return it from the vmapped function, which unwraps it)");
   }
   STRATA_FAIL(Value, "vmap: ", op.name(), " got a batched tensor of vmap level ", b.level, " while ",
               cur ? "level " + std::to_string(cur->id) + " is the current one" : std::string("no level is current"),
@@ -458,8 +467,15 @@ void runFallback(const OperatorHandle& op, Stack& stack, size_t base, const Leve
              std::make_move_iterator(stack.end()));
   stack.resize(base);
   if (mutates) {
-    // In place: every written argument must be batched at this level, or the
-    // results of the batch elements would all land in one place.
+    // In place: every result must be a written argument (the loop returns those),
+    // checked before anything is written.
+    for (size_t j = 0; j < schema.returns().size(); ++j) {
+      STRATA_CHECK(writtenArgumentOf(schema, j) >= 0, NotImplemented, "Batching rule not implemented for ",
+                   op.name(), ". We could not generate a fallback: it writes its arguments and its output ", j,
+                   " is not one of them (", schema.str(), ").");
+    }
+    // Every written argument must be batched at this level, or the results of the
+    // batch elements would all land in one place.
     for (size_t i = 0; i < args.size(); ++i) {
       if (!schema.arguments()[i].is_write()) continue;
       bool batched = false;
@@ -500,10 +516,7 @@ void runFallback(const OperatorHandle& op, Stack& stack, size_t base, const Leve
   }
   for (size_t j = 0; j < nret; ++j) {
     if (mutates) {
-      const int w = writtenArgumentOf(schema, j);
-      STRATA_CHECK(w >= 0, NotImplemented, "Batching rule not implemented for ", op.name(),
-                   ". We could not generate a fallback: its output ", j, " is not one of its written arguments.");
-      stack.push_back(args[static_cast<size_t>(w)]);
+      stack.push_back(args[static_cast<size_t>(writtenArgumentOf(schema, j))]);
     } else {
       stack.push_back(makeBatched(results[j][0], 0, level.id));
     }
@@ -543,11 +556,6 @@ void batchedKernel(const OperatorHandle& op, Stack& stack, const RuleData* rule)
   }
   const Level level = *cur;
   runFallback(op, stack, base, level);
-}
-
-Randomness currentRandomness() {
-  STRATA_INTERNAL_ASSERT(anyVisible(), "no vmap level");
-  return t_vmap->visible.back().randomness;
 }
 
 }  // namespace detail
@@ -705,6 +713,9 @@ void VmapCall::start() {
   }
   step_ = chunk_size_ ? std::min<int64_t>(*chunk_size_, std::max<int64_t>(batch_size_, 1)) : batch_size_;
   if (step_ <= 0) step_ = 1;
+  // randomness "same": every chunk starts from the same generator state, as
+  // torch.vmap's chunked path restores it, so the batch shares one draw.
+  if (randomness_ == Randomness::same && numChunks() > 1) rng_state_ = ops::get_rng_state();
 }
 
 size_t VmapCall::numChunks() const {
@@ -713,10 +724,11 @@ size_t VmapCall::numChunks() const {
 }
 
 void VmapCall::enterChunk(size_t chunk) {
+  if (chunk > 0 && !rng_state_.empty()) ops::set_rng_state(rng_state_);
   chunk_ = chunk;
   cursor_ = 0;
   VmapTls& s = state();
-  level_ = s.next_id++;
+  level_ = g_next_level.fetch_add(1, std::memory_order_relaxed);
   const int64_t start = static_cast<int64_t>(chunk) * step_;
   s.visible.push_back(Level{level_, std::min(step_, batch_size_ - start), randomness_});
   s.alive.push_back(level_);
@@ -785,9 +797,14 @@ void VmapCall::collectOutputs(size_t num_outputs, bool single_tensor, Leaves& le
     const DimEntry& e = od.is_tuple() ? od.entries()[leaf.output] : od.all();
     Dim d = e.dim;
     if (e.is_list) {
-      STRATA_CHECK(element < e.elements.size(), Value, where(), "out_dims is not compatible with the structure of "
-                   "`outputs`: out_dim ", e.str(), " has ", e.elements.size(), " entries for output ", leaf.output,
-                   ", which has more.");
+      // A list out_dim belongs to a list output, one dim per element.
+      size_t count = 0;
+      for (size_t k = 0; k < leaves.size(); ++k) count += leaves[k].output == leaf.output ? 1 : 0;
+      const bool list_output = leaf.list || count != 1;
+      STRATA_CHECK(list_output && count == e.elements.size(), Value, where(), "out_dims is not compatible with the "
+                   "structure of `outputs`: out_dim ", e.str(), " has ", e.elements.size(), " entries for output ",
+                   leaf.output, ", which is ", list_output ? "a list of " + std::to_string(count) : std::string("a Tensor"),
+                   ".");
       d = e.elements[element];
     }
     if (leaf.tensor == nullptr) {

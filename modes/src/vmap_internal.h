@@ -32,8 +32,6 @@ struct RuleData {
 
 // The Batched kernel of every op: its rule (null: the for-loop fallback).
 void batchedKernel(const OperatorHandle& op, Stack& stack, const RuleData* rule);
-// The randomness of the current level (a rule with runs_unbatched reads it).
-Randomness currentRandomness();
 
 RegistrationHandleRAII addVmapRule(std::string_view op, VmapRule rule, bool runs_unbatched, bool allow_override,
                                    const std::string& debug, const char* api);

@@ -62,7 +62,7 @@ DispatchKey parseDispatchKey(std::string_view name) {
   std::string known;
   for (DispatchKey k : kNamed) known += std::string(known.empty() ? "" : ", ") + toString(k);
   STRATA_FAIL(Value, "unknown dispatch key or device type '", name,
-               "': expected a device type (cpu, cuda, meta, privateuse1), 'default', a layer's key of a device type "
+               "': expected a device type (cpu, cuda, meta, privateuse1), 'default', 'batched', a layer's key of a device type "
                "(autocast:cpu, autograd:cuda, ...), or one of ", known);
 }
 

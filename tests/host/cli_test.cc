@@ -495,6 +495,13 @@ TEST(CallVmap, ExplainNamesTheRuleOrTheFallback) {
   r = run(call + " --vmap 0,x" + opts);
   EXPECT_NE(r.status, 0);
   EXPECT_THAT(r.out, HasSubstr("--vmap 0,x: 'x' is not an in_dim (an integer or None)"));
+  // One in_dim maps every tensor (a Scalar argument keeps its default), lists too.
+  r = run("call core::add.Tensor '[[1.,2.],[3.,4.]]' '[10.,20.]' --vmap 0" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "tensor([[11., 12.],\n        [23., 24.]])\n");
+  r = run("call core::stack '[[[1.,2.],[3.,4.]],[[5.,6.],[7.,8.]]]' dim=1 --vmap 0" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "tensor([[[1., 5.],\n         [2., 6.]],\n        [[3., 7.],\n         [4., 8.]]])\n");
   // dump shows the rule; 1.0.0 has none and loops.
   r = run("dump extension_cpp::mymuladd" + opts);
   EXPECT_THAT(r.out, ::testing::ContainsRegex("Batched +boxed +owner=muladd@1.1.0 +vmap batching rule"));

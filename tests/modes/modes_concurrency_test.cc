@@ -1,6 +1,7 @@
 // Modes pushed on several threads while another thread registers and removes
 // torch_dispatch rules and mode types; autocast on some threads while an autocast
-// rule comes and goes. Run under TSan: ctest -L concurrency.
+// rule comes and goes; vmaps (nested, on their own level stacks) on several threads
+// while a batching rule comes and goes. Run under TSan: ctest -L concurrency.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,6 +11,8 @@
 #include "strata/library.h"
 #include "strata/modes/autocast.h"
 #include "strata/modes/dispatch_mode.h"
+#include "strata/modes/log_mode.h"
+#include "strata/modes/vmap.h"
 #include "strata/ops.h"
 
 namespace strata {
@@ -114,6 +117,60 @@ TEST(ModesConcurrency, AutocastPerThreadWhileItsRuleComesAndGoes) {
     }
   });
   for (auto& th : threads) th.join();
+  EXPECT_FALSE(failed.load());
+  Dispatcher::singleton().reclaimRetiredKernels();
+}
+
+TEST(ModesConcurrency, VmapPerThreadWhileItsRuleComesAndGoes) {
+  Library lib(Library::DEF, "vmap_conc");
+  lib.def("foo(Tensor x) -> Tensor");
+  lib.impl("foo", [](const Tensor& x) { return ops::mul(x, 2.0); }, DispatchKey::CPU);
+  const OperatorHandle op = Dispatcher::singleton().findSchemaOrThrow("vmap_conc::foo");
+  auto foo = [op](const Tensor& x) {
+    Stack s{x};
+    op.callBoxed(s);
+    return s[0].toTensor();
+  };
+  modes::set_warning_sink([](std::string_view) {});
+  constexpr int kIters = 200;
+  std::atomic<bool> failed{false};
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      const Tensor x = ops::rand({3, 4, 2});
+      const Tensor want = ops::mul(x, 2.0);
+      for (int i = 0; i < kIters; ++i) {
+        try {
+          // Thread 0 nests two vmaps, the others map dim t: each thread its own levels.
+          const Tensor y = t == 0 ? modes::vmap(modes::vmap(foo))(x) : modes::vmap(foo, t)(x);
+          const Tensor expect = t == 0 ? want : ops::movedim(want, t, 0);
+          if (!ops::allclose(y, expect) || modes::vmap_depth() != 0) failed = true;
+        } catch (const std::exception&) {
+          failed = true;
+        }
+      }
+      ++done;
+    });
+  }
+  threads.emplace_back([&] {
+    int i = 0;
+    while (done.load() < 3) {
+      RegistrationOwnerGuard owner("churn@" + std::to_string(i++));
+      Library bundle(Library::FRAGMENT, "vmap_conc");
+      modes::register_vmap(
+          "vmap_conc::foo",
+          [op](const modes::VmapInfo&, const modes::InDims& d, Stack& args) {
+            Stack s{args[0]};
+            op.callBoxed(s);
+            return modes::VmapResult{{s[0]}, {d[0]}};
+          },
+          bundle);
+      std::this_thread::yield();
+    }
+  });
+  for (auto& th : threads) th.join();
+  modes::set_warning_sink(nullptr);
   EXPECT_FALSE(failed.load());
   Dispatcher::singleton().reclaimRetiredKernels();
 }

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../dispatch/test_util.h"
@@ -167,6 +168,15 @@ TEST(VmapApi, ErrorsArePyTorchs) {
   EXPECT_THAT(errorOf([&] { vmap([](const Tensor& t) { return std::make_tuple(t, t); }, 0, {0, 0, 0})(x); }),
               AllOf(HasSubstr("out_dims is not compatible with the structure of `outputs`"),
                     HasSubstr("out_dims has 3 entries but outputs has 2 outputs")));
+  EXPECT_THAT(errorOf([&] {
+                vmap([](const Tensor& t) { return t; }, 0, {DimEntry(std::vector<Dim>{0, 0})})(x);
+              }),
+              HasSubstr("out_dim [0, 0] has 2 entries for output 0, which is a Tensor"));
+  EXPECT_THAT(errorOf([&] {
+                vmap([](const Tensor& t) { return std::vector<Tensor>{t, t}; }, 0,
+                     {DimEntry(std::vector<Dim>{0}), 0})(x);
+              }),
+              HasSubstr("out_dim [0] has 1 entries for output 0, which is a Tensor"));
   EXPECT_THAT(errorOf([&] { vmap([](const Tensor& t) { return t; }, 0, 3)(x); }),
               HasSubstr("Dimension out of range (expected to be in range of [-2, 1], but got 3)"));
   EXPECT_THAT(errorOf([&] { vmap(add, 0, 0, "sometimes"); }),
@@ -265,6 +275,19 @@ TEST(VmapLevels, AnEscapedBatchedTensorIsAnError) {
               HasSubstr("escaped its own vmap"));
 }
 
+TEST(VmapLevels, ABatchedTensorFromAnotherThreadIsAnError) {
+  Tensor leaked;
+  std::thread([&] {
+    vmap([&](const Tensor& t) {
+      leaked = t;
+      return t;
+    })(rnd({4, 3}));
+  }).join();
+  // Level ids are unique in the process: this thread's level is never taken for it.
+  EXPECT_THAT(errorOf([&] { vmap([&](const Tensor& u) { return ops::add(u, leaked); })(rnd({4, 3})); }),
+              AllOf(HasSubstr("got a batched tensor of vmap level"), HasSubstr("or runs on another thread")));
+}
+
 TEST(VmapLevels, TensorMethodsOnBatchedTensorsGoThroughTheOps) {
   const Tensor x = rnd({4, 2, 3});
   const Tensor y = vmap([](const Tensor& t) { return t.transpose(0, 1).contiguous().reshape({6}).select(0, 1); })(x);
@@ -293,6 +316,9 @@ TEST(VmapRandomness, ErrorSameAndDifferent) {
   EXPECT_TRUE(like_same.select(0, 3).equal(like_same.select(0, 0)));
   EXPECT_FALSE(like_diff.select(0, 3).equal(like_diff.select(0, 0)));
   EXPECT_THAT(std::vector<int64_t>(like_diff.sizes().begin(), like_diff.sizes().end()), ElementsAre(4, 3));
+  // "same" holds across chunks too: every chunk starts from the same generator state.
+  const Tensor chunked = vmap(f, 0, 0, "same", 2)(x);
+  for (int64_t i = 1; i < 4; ++i) EXPECT_TRUE(chunked.select(0, i).equal(chunked.select(0, 0))) << i;
 }
 
 TEST(VmapRandomness, TheRuleSeesTheRandomness) {
@@ -339,6 +365,7 @@ struct ScaleOp {
     def.def("scale_(Tensor(a!) x, Tensor y) -> Tensor(a!)");
     def.def("same(Tensor x, Tensor y) -> bool");
     def.def("alias(Tensor(a) x) -> Tensor(a)");
+    def.def("fresh_(Tensor(a!) x) -> Tensor");
     cpu.impl("scale", [this](const Tensor& x, double s) {
       ++calls;
       return ops::mul(x, s);
@@ -350,6 +377,10 @@ struct ScaleOp {
     });
     cpu.impl("same", [](const Tensor& x, const Tensor& y) { return x.equal(y); });
     cpu.impl("alias", [](const Tensor& x) { return x; });
+    cpu.impl("fresh_", [](Tensor& x) {
+      ops::copy_(x, ops::zeros({}));
+      return ops::ones({1});
+    });
     return Dispatcher::singleton().findSchemaOrThrow("vmapscale::scale");
   }
   Tensor operator()(const Tensor& x, double s) const {
@@ -534,6 +565,19 @@ TEST(VmapFallback, RefusesWhatItCannotDo) {
                 })(x);
               }),
               HasSubstr("the fallback path doesn't work on out= or view ops"));
+  // An in-place op whose result is not its written argument: refused before any
+  // slice is written.
+  const OperatorHandle fresh = Dispatcher::singleton().findSchemaOrThrow("vmapscale::fresh_");
+  Tensor y = ops::ones({3, 2});
+  EXPECT_THAT(errorOf([&] {
+                vmap([&](const Tensor& t) {
+                  Stack s{t};
+                  fresh.callBoxed(s);
+                  return s[0].toTensor();
+                })(y);
+              }),
+              HasSubstr("its output 0 is not one of them"));
+  EXPECT_TRUE(y.equal(ops::ones({3, 2})));
   // core::allclose returns a bool: no rule, and the fallback cannot stack bools.
   EXPECT_THAT(errorOf([&] {
                 vmap([&](const Tensor& t) {
@@ -709,6 +753,11 @@ TEST(CoreBatchingRulesList, EveryCoreOpWithATensorArgumentHasARuleButAllclose) {
   // allclose returns a bool per batch element: no rule, and the fallback refuses it
   // (VmapFallback.RefusesWhatItCannotDo).
   EXPECT_THAT(without, ElementsAre("core::allclose"));
+}
+
+TEST(CoreBatchingRulesList, ExpandRefusesMinusOneInANewDim) {
+  EXPECT_THAT(errorOf([] { vmap([](const Tensor& t) { return ops::expand(t, {-1, 3}); })(rnd({4, 3})); }),
+              HasSubstr("isn't allowed in a leading, non-existing dimension 0"));
 }
 
 TEST(CoreBatchingRulesList, FactoriesGiveUnbatchedResults) {

@@ -217,9 +217,9 @@ constexpr DispatchKeySet keysBelow(DispatchKey k) { return DispatchKeySet::fullU
 
 // A key from its name: the enum names ("CPU", "AutogradCPU", "CompositeExplicitAutograd",
 // ...), the device types "cpu", "cuda", "meta", "privateuse1" (their backend keys),
-// "default" (CompositeExplicitAutograd), as torch.library.impl accepts them, and a
-// layer's key of a device type: "autocast:cpu" (AutocastCPU), "autograd:cuda"
-// (AutogradCUDA), ... Throws
+// "default" (CompositeExplicitAutograd), as torch.library.impl accepts them,
+// "batched" (vmap's key), and a layer's key of a device type: "autocast:cpu"
+// (AutocastCPU), "autograd:cuda" (AutogradCUDA), ... Throws
 // strata::Error(Value) listing the accepted names for anything else.
 STRATA_API DispatchKey parseDispatchKey(std::string_view name);
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "strata/export.h"
@@ -45,6 +46,10 @@ STRATA_API Tensor rand(const std::vector<int64_t>& size, std::optional<ScalarTyp
 STRATA_API Tensor rand_like(const Tensor& self, std::optional<ScalarType> dtype = std::nullopt,
                             std::optional<Device> device = std::nullopt);
 STRATA_API void manual_seed(uint64_t seed);
+// The default generator's state (torch.get_rng_state / set_rng_state); set_rng_state
+// takes only what get_rng_state returned (Error(Value) otherwise).
+STRATA_API std::string get_rng_state();
+STRATA_API void set_rng_state(const std::string& state);
 
 // Copies and casts.
 STRATA_API Tensor clone(const Tensor& self);

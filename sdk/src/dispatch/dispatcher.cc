@@ -877,7 +877,7 @@ std::string Dispatcher::dump(const OperatorName& op) {
   os << "\ncomputed table:\n";
   for (const auto& s : table) {
     const std::string key = s.key == DispatchKey::Undefined ? "(no keys)" : toString(s.key);
-    os << "  " << std::left << std::setw(14) << key << s.source;
+    os << "  " << std::left << std::setw(21) << key << s.source;
     if (!s.owner.empty()) {
       os << " [" << s.kind;
       if (s.registered_at != s.key && s.registered_at != DispatchKey::Undefined) os << " at " << toString(s.registered_at);

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include "cuda/core_cuda.h"
 #include "ops/core_rules.h"
@@ -843,6 +844,22 @@ void ops::manual_seed(uint64_t seed) {
   Generator& g = defaultGenerator();
   std::lock_guard<std::mutex> lock(g.mutex);
   g.engine.seed(seed);
+}
+std::string ops::get_rng_state() {
+  Generator& g = defaultGenerator();
+  std::lock_guard<std::mutex> lock(g.mutex);
+  std::ostringstream os;
+  os << g.engine;
+  return os.str();
+}
+void ops::set_rng_state(const std::string& state) {
+  std::mt19937_64 engine;
+  std::istringstream is(state);
+  is >> engine;
+  STRATA_CHECK(!is.fail(), Value, "set_rng_state: not a state get_rng_state() returned");
+  Generator& g = defaultGenerator();
+  std::lock_guard<std::mutex> lock(g.mutex);
+  g.engine = engine;
 }
 Tensor ops::expand(const Tensor& a, IntVec size, bool implicit) {
   STRATA_CORE_CALL("expand", "", Tensor(const Tensor&, IntVec, bool), a, size, implicit);

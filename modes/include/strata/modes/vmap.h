@@ -231,6 +231,7 @@ class STRATA_MODES_API VmapCall {
     size_t output = 0;
     Tensor* tensor = nullptr;
     const std::type_info* type = nullptr;
+    bool list = false;  // an element of a std::vector<Tensor> output
   };
   using Leaves = SmallVec<Leaf, 4>;
   void collectOutputs(size_t num_outputs, bool single_tensor, Leaves& leaves);
@@ -263,6 +264,7 @@ class STRATA_MODES_API VmapCall {
   size_t chunk_ = 0;
   bool in_chunk_ = false;
   uint64_t level_ = 0;
+  std::string rng_state_;  // randomness "same" over chunks: each chunk draws the same
   SmallVec<LeafOut, 4> results_;
 };
 
@@ -295,7 +297,7 @@ void leavesOf(T& v, size_t output, VmapCall::Leaves& leaves) {
   if constexpr (std::is_same_v<D, Tensor>) {
     leaves.push_back({output, &v, &typeid(Tensor)});
   } else if constexpr (std::is_same_v<D, std::vector<Tensor>>) {
-    for (Tensor& t : v) leaves.push_back({output, &t, &typeid(Tensor)});
+    for (Tensor& t : v) leaves.push_back({output, &t, &typeid(Tensor), true});
   } else {
     leaves.push_back({output, nullptr, &typeid(D)});
   }
