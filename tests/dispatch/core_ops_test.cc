@@ -32,8 +32,8 @@ TEST(CoreOps, AreRegisteredAsBuiltinWithCpuAndMetaKernels) {
     EXPECT_EQ(r.owner, "builtin");
   }
   const std::string d = dump("core::sin");
-  EXPECT_THAT(d, HasSubstr("CPU           kernel"));
-  EXPECT_THAT(d, HasSubstr("Meta          kernel"));
+  EXPECT_THAT(d, HasSubstr("CPU                  kernel"));
+  EXPECT_THAT(d, HasSubstr("Meta                 kernel"));
 }
 
 TEST(CoreOps, FactoriesFollowTorch) {

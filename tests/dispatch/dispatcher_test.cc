@@ -626,9 +626,9 @@ TEST(Dump, ShowsTheTableRegistrationsOwnersAndState) {
   EXPECT_THAT(d, HasSubstr("owner=dumper"));
   EXPECT_THAT(d, HasSubstr("[disabled]"));
   EXPECT_THAT(d, HasSubstr("CPU: disabled"));
-  EXPECT_THAT(d, HasSubstr("CPU           default kernel [unboxed at CompositeExplicitAutograd, owner dumper"));
-  EXPECT_THAT(d, HasSubstr("AutogradCPU   fallthrough [fallthrough, owner builtin"));
-  EXPECT_THAT(d, HasSubstr("Batched       missing"));
+  EXPECT_THAT(d, HasSubstr("CPU                  default kernel [unboxed at CompositeExplicitAutograd, owner dumper"));
+  EXPECT_THAT(d, HasSubstr("AutogradCPU          fallthrough [fallthrough, owner builtin"));
+  EXPECT_THAT(d, HasSubstr("Batched              missing"));
 }
 
 TEST(Explain, SaysWhichKeysEachArgumentGaveAndWhichKernelsRan) {

@@ -165,8 +165,8 @@ TEST(CliDumpTest, PrintsTheTableAndRejectsUnknownOps) {
   const Result r = run("dump core::sin");
   EXPECT_EQ(r.status, 0);
   EXPECT_THAT(r.out, HasSubstr("schema: core::sin(Tensor self) -> Tensor"));
-  EXPECT_THAT(r.out, HasSubstr("CPU           kernel [unboxed, owner builtin"));
-  EXPECT_THAT(r.out, HasSubstr("AutogradCPU   fallthrough"));
+  EXPECT_THAT(r.out, HasSubstr("CPU                  kernel [unboxed, owner builtin"));
+  EXPECT_THAT(r.out, HasSubstr("AutogradCPU          fallthrough"));
   const Result j = run("dump --json core::sin");
   EXPECT_EQ(j.status, 0);
   EXPECT_THAT(j.out, HasSubstr("\"source\": \"fallthrough\""));
