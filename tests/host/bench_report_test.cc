@@ -170,6 +170,17 @@ TEST(BenchReport, TheVmapGoalsAndThePythonAnchors) {
   for (const BenchGoal& g : checkGoals(*slow_run, nullptr)) {
     if (g.goal.contains("at most 150 ns")) EXPECT_FALSE(g.met);
   }
+  // An overhead that grows with B (a per-element cost) is not flat.
+  QJsonArray growing{entry("vmap/muladd_plain/1", 100), entry("vmap/muladd_rule/1", 200),
+                     entry("vmap/muladd_plain/64", 100), entry("vmap/muladd_rule/64", 500)};
+  const auto growing_run = parseBenchmarkJson(doc(growing), &error);
+  bool seen_flat = false;
+  for (const BenchGoal& g : checkGoals(*growing_run, nullptr)) {
+    if (!g.goal.contains("flat in B")) continue;
+    seen_flat = true;
+    EXPECT_FALSE(g.met) << g.measured.toStdString();
+  }
+  EXPECT_TRUE(seen_flat);
   // The chart draws both vmap lines.
   const QString svg = renderSvg(*run, nullptr, "libtorch");
   EXPECT_THAT(svg.toStdString(), HasSubstr("batching rule, B = 64"));
