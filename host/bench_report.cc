@@ -124,15 +124,9 @@ std::vector<BenchRatio> pairWithPeer(const BenchRun& strata, const BenchRun& pee
   return out;
 }
 
-std::optional<ModeStackFit> fitSeries(const BenchRun& run, const QString& prefix, double min_x) {
-  const QRegularExpression re("^" + QRegularExpression::escape(prefix) + "(\\d+)$");
-  std::vector<std::pair<double, double>> pts;
-  for (const BenchResult& r : run.results) {
-    const auto m = re.match(r.name);
-    if (m.hasMatch() && r.error.isEmpty() && m.captured(1).toDouble() >= min_x) {
-      pts.emplace_back(m.captured(1).toDouble(), r.ns);
-    }
-  }
+namespace {
+// The least-squares line through (x, y) points; nullopt for fewer than two distinct x.
+std::optional<ModeStackFit> fitPoints(const std::vector<std::pair<double, double>>& pts) {
   if (pts.size() < 2) return std::nullopt;
   const double n = static_cast<double>(pts.size());
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
@@ -156,6 +150,19 @@ std::optional<ModeStackFit> fitSeries(const BenchRun& run, const QString& prefix
   fit.r2 = ss_tot > 0 ? 1 - ss_res / ss_tot : 1;
   fit.points = static_cast<int>(pts.size());
   return fit;
+}
+}  // namespace
+
+std::optional<ModeStackFit> fitSeries(const BenchRun& run, const QString& prefix, double min_x) {
+  const QRegularExpression re("^" + QRegularExpression::escape(prefix) + "(\\d+)$");
+  std::vector<std::pair<double, double>> pts;
+  for (const BenchResult& r : run.results) {
+    const auto m = re.match(r.name);
+    if (m.hasMatch() && r.error.isEmpty() && m.captured(1).toDouble() >= min_x) {
+      pts.emplace_back(m.captured(1).toDouble(), r.ns);
+    }
+  }
+  return fitPoints(pts);
 }
 
 // From one mode up: mode_stack/0 never leaves the unboxed path, and the first mode
@@ -272,24 +279,22 @@ std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer, 
     }
     goals.push_back({"vmap/muladd_rule/B: the layer's overhead (minus vmap/muladd_plain/B) at most 150 ns at every B",
                      "at most " + formatNs(worst) + " (B = " + QString::number(at) + ")", worst <= 150});
-    const double n = static_cast<double>(over.size());
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (const auto& [x, y] : over) {
-      sx += x;
-      sy += y;
-      sxx += x * x;
-      sxy += x * y;
-    }
     // Flat: what the line through the overheads gains or loses from the smallest B to
     // the largest is at most a quarter of their mean (a per-element cost would make
     // the overhead grow with B; noise leaves it within that band).
-    const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
-    const double span = slope * (over.back().first - over.front().first), mean = sy / n;
+    const auto line = fitPoints(over);
+    double mean = 0, lo_b = over.front().first, hi_b = lo_b;
+    for (const auto& [b, ns] : over) {
+      mean += ns / static_cast<double>(over.size());
+      lo_b = std::min(lo_b, b);
+      hi_b = std::max(hi_b, b);
+    }
+    const double slope = line ? line->ns_per_mode : 0;
+    const double span = slope * (hi_b - lo_b);
     goals.push_back({"vmap/muladd_rule/B: the overhead flat in B (its fitted change over the B range at most 25% of "
                      "its mean)",
                      num(slope, 2) + " ns per batch element: " + (span >= 0 ? "+" : "") + formatNs(span) + " over B = " +
-                         QString::number(over.front().first) + ".." + QString::number(over.back().first) + ", mean " +
-                         formatNs(mean),
+                         QString::number(lo_b) + ".." + QString::number(hi_b) + ", mean " + formatNs(mean),
                      std::abs(span) <= 0.25 * std::abs(mean)});
   }
   if (const auto fit = fitSeries(strata, "vmap/muladd_fallback/", 1)) {
