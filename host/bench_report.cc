@@ -191,6 +191,7 @@ QString anchorScenario(const QString& anchor) {
   return {};
 }
 
+namespace {
 // The vmap layer's cost over the rule's own call at each B: vmap/muladd_rule/B minus
 // vmap/muladd_plain/B. (B, ns) pairs.
 std::vector<std::pair<double, double>> vmapOverheads(const BenchRun& run) {
@@ -205,6 +206,7 @@ std::vector<std::pair<double, double>> vmapOverheads(const BenchRun& run) {
   }
   return out;
 }
+}  // namespace
 
 // An axis label: "1 ns", "10 us", "100 ms".
 QString tickLabel(double ns) {

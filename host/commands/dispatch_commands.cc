@@ -269,9 +269,7 @@ Stack callUnderVmap(const OperatorHandle& op, Stack stack, const std::string& in
   const FunctionSchema& schema = op.schema();
   bool broadcast = false;
   std::vector<modes::Dim> dims = parseVmapInDims(in_dims_text, schema.arguments().size(), &broadcast);
-  std::string shown = "(";
-  for (size_t i = 0; i < dims.size(); ++i) shown += (i ? ", " : "") + (dims[i] ? std::to_string(*dims[i]) : "None");
-  shown += dims.size() == 1 ? ",)" : ")";
+  const std::string shown = modes::Dims(std::vector<modes::DimEntry>(dims.begin(), dims.end())).str();
   // The tensors go to vmap as one list, each with its in_dim; where[k] is the
   // argument (and, in a Tensor[], the element) tensor k came from.
   struct Where {

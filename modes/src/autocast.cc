@@ -268,13 +268,8 @@ RegistrationHandleRAII addRule(std::string_view op_text, std::string_view device
                " has a schema; define it first (Library::def)");
   const DispatchKey key = autocastKey(device);
   if (!allow_override) {
-    for (const RegistrationInfo& ri : d.registrations(name)) {
-      if (ri.what == RegistrationInfo::What::Impl && ri.key == key) {
-        STRATA_FAIL(Value, call, ": ", name.str(), " already has an autocast rule for ", toString(device), " (",
-                    toString(key), "), registered by '", ri.owner, "' (", ri.debug, "); the new one, by '",
-                    RegistrationOwnerGuard::current(), "' (", debug, "), is refused. Pass allow_override to replace it.");
-      }
-    }
+    detail::refuseSecondRule(name, key, call,
+                             std::string("an autocast rule for ") + toString(device) + " (" + toString(key) + ")", debug);
   }
   auto rule = std::make_shared<Rule>();
   rule->op = name.str();

@@ -353,8 +353,9 @@ struct CoreRule {
   bool runs_unbatched;
 };
 
+// The table's entry for a rule that calls ops by their ops:: names, not its own handle.
 template <VmapRule (*F)()>
-VmapRule noOp(OperatorHandle) {
+VmapRule ignoringOp(OperatorHandle) {
   return F();
 }
 VmapRule reshapeRule(OperatorHandle) { return reshapeLike(false); }
@@ -367,7 +368,7 @@ constexpr CoreRule kCoreRules[] = {
     {"core::clone", &sameDim, false},
     {"core::copy_", &copyRule, false},
     {"core::to.dtype", &sameDim, false},
-    {"core::contiguous", &noOp<contiguousRule>, false},
+    {"core::contiguous", &ignoringOp<contiguousRule>, false},
     {"core::add.Tensor", &binary, false},
     {"core::add.Scalar", &sameDim, false},
     {"core::sub.Tensor", &binary, false},
@@ -380,24 +381,24 @@ constexpr CoreRule kCoreRules[] = {
     {"core::sin", &sameDim, false},
     {"core::cos", &sameDim, false},
     {"core::exp", &sameDim, false},
-    {"core::sum", &noOp<sumAll>, false},
-    {"core::sum.dim_IntList", &noOp<sumDim>, false},
-    {"core::matmul", &noOp<matmulRule>, false},
-    {"core::t", &noOp<tRule>, false},
-    {"core::transpose.int", &noOp<transposeRule>, false},
-    {"core::movedim.int", &noOp<movedimRule>, false},
-    {"core::unsqueeze", &noOp<unsqueezeRule>, false},
-    {"core::squeeze", &noOp<squeezeRule>, false},
-    {"core::squeeze.dim", &noOp<squeezeDimRule>, false},
-    {"core::select.int", &noOp<selectRule>, false},
-    {"core::narrow", &noOp<narrowRule>, false},
-    {"core::expand", &noOp<expandRule>, false},
+    {"core::sum", &ignoringOp<sumAll>, false},
+    {"core::sum.dim_IntList", &ignoringOp<sumDim>, false},
+    {"core::matmul", &ignoringOp<matmulRule>, false},
+    {"core::t", &ignoringOp<tRule>, false},
+    {"core::transpose.int", &ignoringOp<transposeRule>, false},
+    {"core::movedim.int", &ignoringOp<movedimRule>, false},
+    {"core::unsqueeze", &ignoringOp<unsqueezeRule>, false},
+    {"core::squeeze", &ignoringOp<squeezeRule>, false},
+    {"core::squeeze.dim", &ignoringOp<squeezeDimRule>, false},
+    {"core::select.int", &ignoringOp<selectRule>, false},
+    {"core::narrow", &ignoringOp<narrowRule>, false},
+    {"core::expand", &ignoringOp<expandRule>, false},
     {"core::reshape", &reshapeRule, false},
     {"core::view", &viewRule, false},
     {"core::stack", &stackRule, false},
     {"core::cat", &catRule, false},
     {"core::rand", &randRule, true},
-    {"core::rand_like", &noOp<randLikeRule>, true},
+    {"core::rand_like", &ignoringOp<randLikeRule>, true},
 };
 
 }  // namespace

@@ -246,11 +246,7 @@ void reset_vmap_fallback_warnings() {
 
 namespace {
 
-std::string dimsStr(const std::vector<Dim>& dims) {
-  std::string s = "(";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + (dims[i] ? std::to_string(*dims[i]) : "None");
-  return s + (dims.size() == 1 ? ",)" : ")");
-}
+std::string dimsStr(const std::vector<Dim>& dims) { return Dims(std::vector<DimEntry>(dims.begin(), dims.end())).str(); }
 
 // A batched tensor whose level is not the current one nor visible below it.
 [[noreturn]] void badLevel(const OperatorHandle& op, const detail::BatchedWrapper& b, const Level* cur) {
@@ -494,7 +490,8 @@ void runFallback(const OperatorHandle& op, Stack& stack, size_t base, const Leve
                        (mutates ? " writing each slice in place" : ", results stacked at dim 0"));
   }
   const size_t nret = schema.returns().size();
-  std::vector<std::vector<Tensor>> results(nret);
+  std::vector<std::vector<Tensor>> results(nret);  // per output, per batch element
+  std::vector<Tensor> stacked(nret);
   {
     LevelPop pop;
     for (int64_t i = 0; i < level.batch_size; ++i) {
@@ -510,7 +507,7 @@ void runFallback(const OperatorHandle& op, Stack& stack, size_t base, const Leve
         // A batch of 0 has no element to take the result's shape from.
         STRATA_CHECK(!results[j].empty(), NotImplemented, "vmap: the for-loop fallback for ", op.name(),
                      " cannot run a batch of size 0");
-        results[j] = {ops::stack(results[j], 0)};
+        stacked[j] = ops::stack(results[j], 0);
       }
     }
   }
@@ -518,7 +515,7 @@ void runFallback(const OperatorHandle& op, Stack& stack, size_t base, const Leve
     if (mutates) {
       stack.push_back(args[static_cast<size_t>(writtenArgumentOf(schema, j))]);
     } else {
-      stack.push_back(makeBatched(results[j][0], 0, level.id));
+      stack.push_back(makeBatched(stacked[j], 0, level.id));
     }
   }
 }
@@ -573,13 +570,8 @@ RegistrationHandleRAII addVmapRule(std::string_view op_text, VmapRule rule, bool
   STRATA_CHECK(handle.has_value(), NotImplemented, api, "(", op_text, "): no operator named ", name.str(),
                " has a schema; define it first (Library::def)");
   if (!allow_override) {
-    for (const RegistrationInfo& ri : d.registrations(name)) {
-      if (ri.what == RegistrationInfo::What::Impl && ri.key == DispatchKey::Batched) {
-        STRATA_FAIL(Value, api, "(", op_text, "): ", name.str(), " already has a batching rule, registered by '",
-                    ri.owner, "' (", ri.debug, "); the new one, by '", RegistrationOwnerGuard::current(), "' (",
-                    debug, "), is refused. Pass allow_override to replace it.");
-      }
-    }
+    refuseSecondRule(name, DispatchKey::Batched, std::string(api) + "(" + std::string(op_text) + ")",
+                     "a batching rule", debug);
   }
   auto data = std::make_shared<const RuleData>(RuleData{std::move(rule), runs_unbatched});
   return d.registerImpl(name, DispatchKey::Batched,
@@ -623,7 +615,7 @@ std::string VmapCall::prefix() const { return "vmap(fn, in_dims=" + in_dims_.str
 
 VmapCall::VmapCall(const Dims& in_dims, const Dims& out_dims, Randomness randomness,
                    std::optional<int64_t> chunk_size, size_t num_args)
-    : in_dims_(in_dims), out_dims_(out_dims), randomness_(randomness), chunk_size_(chunk_size), num_args_(num_args) {
+    : in_dims_(in_dims), out_dims_(out_dims), randomness_(randomness), chunk_size_(chunk_size) {
   initialize();
   STRATA_CHECK(num_args > 0, Value,
                "vmap(fn)(<inputs>): got no inputs. Maybe you forgot to add inputs, or you are trying to vmap over a "
@@ -756,7 +748,7 @@ void VmapCall::exitChunk() {
   syncBatchedKey();
 }
 
-Tensor VmapCall::input(size_t, const Tensor& t) {
+Tensor VmapCall::input(const Tensor& t) {
   const Dim d = tensors_[cursor_++].dim;
   if (!d) return t;
   Tensor piece = t;
@@ -767,10 +759,10 @@ Tensor VmapCall::input(size_t, const Tensor& t) {
   return makeBatched(piece, *d, level_);
 }
 
-std::vector<Tensor> VmapCall::inputList(size_t arg, const std::vector<Tensor>& ts) {
+std::vector<Tensor> VmapCall::inputList(const std::vector<Tensor>& ts) {
   std::vector<Tensor> out;
   out.reserve(ts.size());
-  for (const Tensor& t : ts) out.push_back(input(arg, t));
+  for (const Tensor& t : ts) out.push_back(input(t));
   return out;
 }
 

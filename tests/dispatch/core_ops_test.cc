@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "strata/strata.h"
@@ -216,6 +217,50 @@ TEST(CoreOpsTest, MatmulGivesTheSameBitsWhateverTheLayout) {
     EXPECT_TRUE(direct.equal(strided)) << toString(dt);
     EXPECT_TRUE(direct.equal(batched)) << toString(dt);
   }
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(CoreOps, NarrowIsAViewAndNamesItsBounds) {
+  const Tensor x = ops::arange(12, ScalarType::Float).reshape({3, 4});
+  const Tensor n = ops::narrow(x, 1, 1, 2);
+  EXPECT_EQ(shapeOf(n), (std::vector<int64_t>{3, 2}));
+  EXPECT_TRUE(n.is_alias_of(x));
+  EXPECT_EQ(n.contiguous().to_vector<float>(), (std::vector<float>{1, 2, 5, 6, 9, 10}));
+  EXPECT_EQ(ops::narrow(x, 0, -1, 1).contiguous().to_vector<float>(), (std::vector<float>{8, 9, 10, 11}));
+  EXPECT_THAT(errorOf([&] { ops::narrow(x, 1, 3, 2); }),
+              HasSubstr("core::narrow: start (3) + length (2) exceeds dimension size (4)"));
+  EXPECT_THAT(errorOf([&] { ops::narrow(x, 0, 5, 0); }),
+              HasSubstr("core::narrow: start (5) is out of bounds for dimension 0 of size 3"));
+  EXPECT_THAT(errorOf([&] { ops::narrow(ops::ones({}), 0, 0, 1); }), HasSubstr("cannot be applied to a 0-dim"));
+}
+
+TEST(CoreOps, RandIsUniformSeededAndRestorable) {
+  ops::manual_seed(7);
+  const Tensor a = ops::rand({1000});
+  ops::manual_seed(7);
+  EXPECT_TRUE(ops::rand({1000}).equal(a));  // the seed decides the draw
+  const std::vector<float> v = a.to_vector<float>();
+  EXPECT_GE(*std::min_element(v.begin(), v.end()), 0.0f);
+  EXPECT_LT(*std::max_element(v.begin(), v.end()), 1.0f);
+  const Tensor h = ops::rand({4, 4}, ScalarType::BFloat16);
+  EXPECT_EQ(h.dtype(), ScalarType::BFloat16);
+  EXPECT_LT(ops::sum(ops::to(h, ScalarType::Float)).item().to<double>(), 16.0);  // no element rounds up to 1
+  EXPECT_EQ(ops::rand_like(h).dtype(), ScalarType::BFloat16);
+  EXPECT_EQ(shapeOf(ops::rand({2, 3}, std::nullopt, Device(DeviceType::Meta))), (std::vector<int64_t>{2, 3}));
+  // get/set_rng_state replays a draw.
+  const std::string state = ops::get_rng_state();
+  const Tensor first = ops::rand({8});
+  ops::set_rng_state(state);
+  EXPECT_TRUE(ops::rand({8}).equal(first));
+  EXPECT_THAT(errorOf([] { ops::set_rng_state("not a state"); }),
+              HasSubstr("set_rng_state: not a state get_rng_state() returned"));
+  EXPECT_THAT(errorOf([] { ops::rand({2}, ScalarType::Long); }),
+              HasSubstr("core::rand: \"check_uniform_bounds\" is implemented for floating dtypes only, got int64"));
 }
 
 }  // namespace

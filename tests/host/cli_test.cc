@@ -492,6 +492,9 @@ TEST(CallVmap, ExplainNamesTheRuleOrTheFallback) {
   EXPECT_NE(r.status, 0);
   EXPECT_THAT(r.out, HasSubstr("Got in_dim=0 for an input (argument 2, c) but the input is of type float. We cannot "
                                "vmap over non-Tensor arguments"));
+  r = run("call core::allclose 'ones(2,2)' 'ones(2,2)' --vmap 0" + opts);
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("--vmap: core::allclose returns bool; vmap needs an op that returns Tensors"));
   r = run(call + " --vmap 0,x" + opts);
   EXPECT_NE(r.status, 0);
   EXPECT_THAT(r.out, HasSubstr("--vmap 0,x: 'x' is not an in_dim (an integer or None)"));

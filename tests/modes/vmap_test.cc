@@ -452,6 +452,53 @@ TEST(RegisterVmap, WhatTheRuleReturnsIsChecked) {
   EXPECT_EQ(modes::vmap_depth(), 0u);
 }
 
+TEST(RegisterVmap, ARuleMustNotCaptureOrReturnBatchedTensorsOfItsLevel) {
+  ScaleOp scale;
+  Tensor captured;  // a batched tensor of the vmap's level, reached by a way other than the rule's arguments
+  auto returns_captured = modes::register_vmap("vmapscale::scale", [&](const VmapInfo&, const InDims&, Stack&) {
+    return VmapResult{{captured}, {std::nullopt}};
+  });
+  auto f = [&](const Tensor& t) {
+    captured = t;
+    return scale(t, 2.0);
+  };
+  EXPECT_THAT(errorOf([&] { vmap(f)(rnd({3, 2})); }),
+              AllOf(HasSubstr("the batching rule for vmapscale::scale returned (output 0) a batched tensor of vmap "
+                              "level"),
+                    HasSubstr("a rule returns the values of its level")));
+  auto calls_with_captured = modes::register_vmap(
+      "vmapscale::scale",
+      [&](const VmapInfo&, const InDims& d, Stack&) { return VmapResult{{ops::neg(captured)}, {d[0]}}; },
+      /*allow_override=*/true);
+  EXPECT_THAT(errorOf([&] { vmap(f)(rnd({3, 2})); }),
+              AllOf(HasSubstr("core::neg got a batched tensor of vmap level"),
+                    HasSubstr("a rule must not capture batched tensors")));
+  EXPECT_EQ(modes::vmap_depth(), 0u);
+}
+
+TEST(RegisterVmap, ANonTensorOutputHasNoOutDim) {
+  Library lib(Library::DEF, "vmapflag");
+  lib.def("flag(Tensor x) -> (Tensor, int)");
+  Library cpu(Library::IMPL, "vmapflag", DispatchKey::CPU);
+  cpu.impl("flag", [](const Tensor& x) { return std::make_tuple(x, int64_t{1}); });
+  const OperatorHandle op = Dispatcher::singleton().findSchemaOrThrow("vmapflag::flag");
+  auto rule = modes::register_vmap("vmapflag::flag", [](const VmapInfo&, const InDims& d, Stack& args) {
+    return VmapResult{{args[0], int64_t{1}}, {d[0], 0}};
+  });
+  EXPECT_THAT(errorOf([&] {
+                vmap([&](const Tensor& t) {
+                  Stack s{t};
+                  op.callBoxed(s);
+                  return s[0].toTensor();
+                })(rnd({3, 2}));
+              }),
+              HasSubstr("returned out_dim 0 for output 1, which is not a tensor (int); its out_dim must be None"));
+  EXPECT_THAT(errorOf([] { modes::register_vmap("vmapflag::flag", modes::VmapRule()); }),
+              HasSubstr("register_vmap(vmapflag::flag): the rule is empty"));
+  EXPECT_THAT(errorOf([] { modes::get_unwrapped(rnd({2})); }),
+              HasSubstr("get_unwrapped: the tensor is not a batched tensor"));
+}
+
 TEST(RegisterVmap, ASecondRuleNeedsAllowOverride) {
   ScaleOp scale;
   auto id = [](const VmapInfo&, const InDims& d, Stack& args) { return VmapResult{{args[0]}, {d[0]}}; };
@@ -586,6 +633,14 @@ TEST(VmapFallback, RefusesWhatItCannotDo) {
                 })(x);
               }),
               HasSubstr("Batching rule not implemented for core::allclose"));
+}
+
+TEST(VmapFallback, ABatchOfZeroHasNothingToStack) {
+  ScaleOp scale;
+  EXPECT_THAT(errorOf([&] { vmap([&](const Tensor& t) { return scale(t, 2.0); })(ops::zeros({0, 3})); }),
+              HasSubstr("the for-loop fallback for vmapscale::scale cannot run a batch of size 0"));
+  // A rule has no such limit.
+  EXPECT_EQ(vmap([](const Tensor& t) { return ops::mul(t, 2.0); })(ops::zeros({0, 3})).numel(), 0);
 }
 
 TEST(VmapFallback, ExplainSaysRuleOrFallback) {

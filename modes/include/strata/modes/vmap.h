@@ -186,11 +186,6 @@ class SmallVec {
   bool empty() const { return n_ == 0; }
   T& operator[](size_t i) { return i < N ? inline_[i] : heap_[i - N]; }
   const T& operator[](size_t i) const { return i < N ? inline_[i] : heap_[i - N]; }
-  void clear() {
-    for (size_t i = 0; i < n_ && i < N; ++i) inline_[i] = T();
-    heap_.clear();
-    n_ = 0;
-  }
 
  private:
   std::array<T, N> inline_{};
@@ -220,8 +215,8 @@ class STRATA_MODES_API VmapCall {
   // Pass 2, per chunk: pushes the chunk's level, wraps the inputs (in the order they
   // were added).
   void enterChunk(size_t chunk);
-  Tensor input(size_t arg, const Tensor& t);
-  std::vector<Tensor> inputList(size_t arg, const std::vector<Tensor>& ts);
+  Tensor input(const Tensor& t);
+  std::vector<Tensor> inputList(const std::vector<Tensor>& ts);
   // Pops the level (also done by the destructor on an exception).
   void exitChunk();
 
@@ -256,7 +251,6 @@ class STRATA_MODES_API VmapCall {
   const Dims& out_dims_;
   Randomness randomness_;
   std::optional<int64_t> chunk_size_;
-  size_t num_args_;
   SmallVec<TensorIn, 8> tensors_;
   size_t cursor_ = 0;  // the next tensor input() wraps
   int64_t batch_size_ = 0;
@@ -284,10 +278,10 @@ void declareArg(VmapCall& call, size_t i, const T& a) {
 }
 
 template <typename T>
-decltype(auto) wrapArg(VmapCall& call, size_t i, const T& a) {
+decltype(auto) wrapArg(VmapCall& call, const T& a) {
   using D = std::decay_t<T>;
-  if constexpr (std::is_same_v<D, Tensor>) return call.input(i, a);
-  else if constexpr (std::is_same_v<D, std::vector<Tensor>>) return call.inputList(i, a);
+  if constexpr (std::is_same_v<D, Tensor>) return call.input(a);
+  else if constexpr (std::is_same_v<D, std::vector<Tensor>>) return call.inputList(a);
   else return (a);
 }
 
@@ -322,7 +316,7 @@ size_t outputLeaves(R& r, VmapCall::Leaves& leaves) {
 template <typename F, typename Tuple, size_t... I>
 auto invokeWrapped(const F& fn, VmapCall& call, const Tuple& args, std::index_sequence<I...>) {
   // Wrap every argument first (in order), then call.
-  auto wrapped = std::tuple<decltype(wrapArg(call, I, std::get<I>(args)))...>{wrapArg(call, I, std::get<I>(args))...};
+  auto wrapped = std::tuple<decltype(wrapArg(call, std::get<I>(args)))...>{wrapArg(call, std::get<I>(args))...};
   return std::apply(fn, wrapped);
 }
 
