@@ -9,6 +9,7 @@
 #include "strata/error.h"
 #include "strata/local_dispatch_key_set.h"
 #include "strata/modes/dispatch_mode.h"
+#include "strata/modes/fake.h"
 #include "strata/modes/log_mode.h"
 #include "strata/modes/trace_mode.h"
 #include "registered_at.h"
@@ -18,6 +19,7 @@ namespace strata::modes {
 
 namespace detail {
 void registerCoreAutocastRules(std::vector<RegistrationHandleRAII>& keep);  // autocast.cc
+RegistrationHandleRAII registerFakeFallback();                              // fake.cc
 }  // namespace detail
 
 namespace {
@@ -162,6 +164,7 @@ struct Runtime {
   std::vector<RegistrationHandleRAII> builtin_types;
   std::vector<RegistrationHandleRAII> autocast_rules;
   RegistrationHandleRAII vmap_fallback;
+  RegistrationHandleRAII fake_fallback;
   std::vector<RegistrationHandleRAII> batching_rules;
   Runtime() {
     RegistrationOwnerGuard owner("builtin");
@@ -180,6 +183,10 @@ struct Runtime {
         where(here)));
     detail::registerCoreAutocastRules(autocast_rules);
     vmap_fallback = detail::registerVmapFallback();
+    fake_fallback = detail::registerFakeFallback();
+    builtin_types.push_back(addModeType(
+        "fake", "FakeTensorMode: ops run their fake implementations on tensors without data",
+        [] { return std::make_shared<FakeTensorMode>(); }, where(here)));
     detail::registerCoreBatchingRules(batching_rules);
   }
 };

@@ -13,6 +13,7 @@ const char* toString(DispatchKey k) {
     case DispatchKey::CUDA: return "CUDA";
     case DispatchKey::PrivateUse1: return "PrivateUse1";
     case DispatchKey::Meta: return "Meta";
+    case DispatchKey::Fake: return "Fake";
     case DispatchKey::Mode: return "Mode";
     case DispatchKey::AutogradMeta: return "AutogradMeta";
     case DispatchKey::AutogradCPU: return "AutogradCPU";
@@ -31,7 +32,7 @@ const char* toString(DispatchKey k) {
 DispatchKey parseDispatchKey(std::string_view name) {
   static constexpr DispatchKey kNamed[] = {
       DispatchKey::CPU,          DispatchKey::CUDA,         DispatchKey::PrivateUse1,
-      DispatchKey::Meta,         DispatchKey::Mode,         DispatchKey::AutogradMeta,
+      DispatchKey::Meta,         DispatchKey::Fake,         DispatchKey::Mode,         DispatchKey::AutogradMeta,
       DispatchKey::AutogradCPU,  DispatchKey::AutogradCUDA, DispatchKey::AutocastCPU,
       DispatchKey::AutocastCUDA, DispatchKey::AutocastPrivateUse1, DispatchKey::Batched,
       DispatchKey::CompositeExplicitAutograd,
@@ -45,6 +46,7 @@ DispatchKey parseDispatchKey(std::string_view name) {
   if (name == "privateuse1") return DispatchKey::PrivateUse1;
   if (name == "default") return DispatchKey::CompositeExplicitAutograd;
   if (name == "batched" || name == "vmap") return DispatchKey::Batched;
+  if (name == "fake") return DispatchKey::Fake;
   // A layer's key of a device type: "autocast:cpu", "autograd:cuda".
   if (const size_t colon = name.find(':'); colon != std::string_view::npos) {
     const std::string_view layer = name.substr(0, colon), device = name.substr(colon + 1);

@@ -19,6 +19,9 @@ int64_t wrapDim(int64_t dim, int64_t ndim) {
 }
 
 std::string shapeStr(IntArrayRef sizes) {
+  for (int64_t v : sizes) {
+    if (v < 0 && sym::isSymbolic(v)) return sym::shapeStr(sizes);
+  }
   std::string s = "[";
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (i) s += ", ";
@@ -31,9 +34,14 @@ size_t requiredStorageBytes(IntArrayRef sizes, IntArrayRef strides, int64_t stor
                             size_t element_size) {
   STRATA_CHECK(sizes.size() == strides.size(), Value, "sizes ", shapeStr(sizes), " and strides ",
                shapeStr(strides), " have different lengths");
+  if (__builtin_expect(storage_offset < 0, 0) && sym::isSymbolic(storage_offset)) return kSymbolicBytes;
   STRATA_CHECK(storage_offset >= 0, Value, "storage offset must be non-negative, got ", storage_offset);
   int64_t last = 0;
   for (size_t d = 0; d < sizes.size(); ++d) {
+    if (__builtin_expect(sizes[d] < 0 || strides[d] < 0, 0)) {
+      // Note [Symbolic sizes]: a tensor without data may have them; the caller decides.
+      if (sym::isSymbolic(sizes[d]) || sym::isSymbolic(strides[d])) return kSymbolicBytes;
+    }
     STRATA_CHECK(sizes[d] >= 0, Value, "negative size ", sizes[d], " in ", shapeStr(sizes));
     STRATA_CHECK(strides[d] >= 0, Value, "negative stride ", strides[d], " in ", shapeStr(strides),
                  " is not supported");
@@ -67,6 +75,20 @@ bool computeContiguous(IntArrayRef sizes, IntArrayRef strides) {
   return true;
 }
 
+// The same with symbolic sizes (Note [Symbolic sizes]): a symbol is taken to be
+// neither 0 nor 1, as PyTorch's size-oblivious checks do.
+bool computeContiguousSymbolic(IntArrayRef sizes, IntArrayRef strides) {
+  int64_t expected = 1;
+  for (size_t i = sizes.size(); i > 0; --i) {
+    const size_t d = i - 1;
+    if (sizes[d] == 0) return true;
+    if (sizes[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected = sym::mul(expected, sizes[d]);
+  }
+  return true;
+}
+
 DispatchKeySet computeKeySet(Device device, bool requires_grad) {
   DispatchKeySet ks(backendKey(device.type));
   if (requires_grad) ks = ks.add(autogradKey(device.type));
@@ -80,7 +102,8 @@ std::vector<int64_t> contiguousStrides(IntArrayRef sizes) {
   int64_t acc = 1;
   for (size_t i = sizes.size(); i > 0; --i) {
     strides[i - 1] = acc;
-    acc *= std::max<int64_t>(sizes[i - 1], 1);
+    const int64_t s = sizes[i - 1];
+    acc = s < 0 && sym::isSymbolic(s) ? sym::mul(acc, s) : acc * std::max<int64_t>(s, 1);
   }
   return strides;
 }
@@ -94,6 +117,16 @@ TensorImpl::TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, Int
       dtype_(dtype) {
   STRATA_INTERNAL_ASSERT(storage_, "a TensorImpl needs a storage");
   const size_t needed = detail::requiredStorageBytes(sizes_, strides_, storage_offset_, elementSize(dtype_));
+  if (__builtin_expect(needed == detail::kSymbolicBytes, 0)) {
+    // Note [Symbolic sizes]: only a tensor without data may have them.
+    STRATA_CHECK(storage_->device().is_meta(), Value, "sizes ", detail::shapeStr(sizes_),
+                 " are symbolic, which only a tensor without data (meta, fake) may have; this one is on ",
+                 storage_->device().str());
+    numel_ = sym::product(sizes_);
+    is_contiguous_ = computeContiguousSymbolic(sizes_, strides_);
+    key_set_ = computeKeySet(storage_->device(), false);
+    return;
+  }
   STRATA_CHECK(needed <= storage_->nbytes(), Value, "sizes ", detail::shapeStr(sizes_), ", strides ",
                detail::shapeStr(strides_), " and offset ", storage_offset_, " need ", needed,
                " bytes but the storage has ", storage_->nbytes());
@@ -116,9 +149,14 @@ TensorImpl::TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, Int
   // tensors]); its sizes are the logical ones, which a batch of 0 leaves unbacked.
   STRATA_INTERNAL_ASSERT(storage_ && wrapper_, "a wrapper tensor needs a storage and its TensorWrapper");
   STRATA_INTERNAL_ASSERT(sizes_.size() == strides_.size(), "a wrapper's sizes and strides differ in length");
-  numel_ = 1;
-  for (int64_t s : sizes_) numel_ *= s;
-  is_contiguous_ = computeContiguous(sizes_, strides_);
+  if (sym::anySymbolic(sizes_) || sym::anySymbolic(strides_)) {
+    numel_ = sym::product(sizes_);
+    is_contiguous_ = computeContiguousSymbolic(sizes_, strides_);
+  } else {
+    numel_ = 1;
+    for (int64_t s : sizes_) numel_ *= s;
+    is_contiguous_ = computeContiguous(sizes_, strides_);
+  }
   key_set_ = computeKeySet(storage_->device(), false) | layer_keys;
 }
 
@@ -181,7 +219,43 @@ Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<
 }
 
 namespace {
+// inferSize with symbolic sizes (Note [Symbolic sizes]): the -1 may be inferred when the
+// known sizes' product is concrete and divides every coefficient, or equals numel.
+std::vector<int64_t> inferSizeSymbolic(IntArrayRef sizes, int64_t numel) {
+  std::vector<int64_t> out(sizes.begin(), sizes.end());
+  std::optional<size_t> infer;
+  int64_t known = 1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      STRATA_CHECK(!infer, Value, "only one dimension can be inferred in ", detail::shapeStr(sizes));
+      infer = i;
+    } else {
+      STRATA_CHECK(out[i] >= 0 || sym::isSymbolic(out[i]), Value, "invalid shape dimension ", out[i], " in ",
+                   detail::shapeStr(sizes));
+      known = sym::mul(known, out[i]);
+    }
+  }
+  const std::string what = "the view/reshape of a tensor of " + sym::str(numel) + " elements to " +
+                           detail::shapeStr(sizes);
+  if (!infer) {
+    STRATA_CHECK(sym::eq(known, numel, what), Value, "shape ", detail::shapeStr(sizes),
+                 " is invalid for input of size ", sym::str(numel));
+    return out;
+  }
+  if (sym::tryEq(known, numel).value_or(false)) {
+    out[*infer] = 1;
+    return out;
+  }
+  if (auto x = sym::divExact(numel, known)) {
+    out[*infer] = *x;
+    return out;
+  }
+  STRATA_FAIL(Value, "data-dependent: cannot infer the -1 in ", detail::shapeStr(sizes), " for ", what,
+              " (", sym::rangesStr(sizes), "); give every size explicitly");
+}
+
 std::vector<int64_t> inferSize(IntArrayRef sizes, int64_t numel) {
+  if (__builtin_expect(numel < 0, 0) || sym::anySymbolic(sizes)) return inferSizeSymbolic(sizes, numel);
   std::vector<int64_t> out(sizes.begin(), sizes.end());
   std::optional<size_t> infer;
   int64_t known = 1;
@@ -251,6 +325,21 @@ Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) cons
   const int64_t d = detail::wrapDim(dim, this->dim());
   STRATA_CHECK(step > 0, Value, "slice step must be positive, got ", step);
   const int64_t n = sizes()[d];
+  if (__builtin_expect(n < 0, 0)) {  // Note [Symbolic sizes]: bounds the range decides
+    STRATA_CHECK(start >= 0 && end >= start, Value, "slice(", start, ", ", end, ") of the symbolic dim ", sym::str(n),
+                 " needs 0 <= start <= end");
+    if (!sym::le(end, n, "slice()'s end bound")) end = n;
+    STRATA_CHECK(sym::le(start, end, "slice()'s start bound"), Value, "slice start ", start, " is past the end");
+    if (__builtin_expect(wrapper() != nullptr, 0)) {
+      if (step != 1) throwWrapper("slice() with a step");
+      return ops::narrow(*this, d, start, sym::sub(end, start));
+    }
+    STRATA_CHECK(step == 1, Value, "slice() with a step over the symbolic dim ", sym::str(n), " is not supported");
+    std::vector<int64_t> sz(this->sizes().begin(), this->sizes().end());
+    std::vector<int64_t> st(this->strides().begin(), this->strides().end());
+    sz[d] = sym::sub(end, start);
+    return as_strided(sz, st, sym::add(storage_offset(), sym::mul(start, st[d])));
+  }
   auto clamp = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
   start = clamp(start);
   end = std::max(clamp(end), start);
@@ -271,6 +360,16 @@ Tensor Tensor::select(int64_t dim, int64_t index) const {
   STRATA_CHECK(this->dim() > 0, Index, "select() cannot be applied to a 0-d tensor");
   const int64_t d = detail::wrapDim(dim, this->dim());
   const int64_t n = sizes()[d];
+  if (__builtin_expect(n < 0, 0)) {  // Note [Symbolic sizes]
+    STRATA_CHECK(index >= 0 && sym::lt(index, n, "select()'s index bound"), Index, "select(): index ", index,
+                 " out of range for tensor of size ", detail::shapeStr(sizes()), " at dimension ", d);
+    std::vector<int64_t> sz(this->sizes().begin(), this->sizes().end());
+    std::vector<int64_t> st(this->strides().begin(), this->strides().end());
+    const int64_t offset = sym::add(storage_offset(), sym::mul(index, st[d]));
+    sz.erase(sz.begin() + d);
+    st.erase(st.begin() + d);
+    return as_strided(sz, st, offset);
+  }
   STRATA_CHECK(index >= -n && index < n, Index, "select(): index ", index,
                " out of range for tensor of size ", detail::shapeStr(sizes()), " at dimension ", d);
   if (index < 0) index += n;
@@ -286,7 +385,7 @@ Tensor Tensor::unsqueeze(int64_t dim) const {
   const int64_t d = detail::wrapDim(dim, this->dim() + 1);
   std::vector<int64_t> sizes(this->sizes().begin(), this->sizes().end());
   std::vector<int64_t> strides(this->strides().begin(), this->strides().end());
-  const int64_t stride = d < this->dim() ? sizes[d] * strides[d] : 1;
+  const int64_t stride = d < this->dim() ? sym::mul(sizes[d], strides[d]) : 1;
   sizes.insert(sizes.begin() + d, 1);
   strides.insert(strides.begin() + d, stride);
   return as_strided(sizes, strides);

@@ -8,15 +8,30 @@
 namespace strata {
 
 Tensor empty_strided(IntArrayRef sizes, IntArrayRef strides, TensorOptions options) {
-  const size_t nbytes = detail::requiredStorageBytes(sizes, strides, 0, elementSize(options.dtype));
+  size_t nbytes = detail::requiredStorageBytes(sizes, strides, 0, elementSize(options.dtype));
+  if (__builtin_expect(nbytes == detail::kSymbolicBytes, 0)) {
+    STRATA_CHECK(options.device.is_meta(), Value, "cannot allocate a tensor of symbolic sizes ",
+                 detail::shapeStr(sizes), " on ", options.device.str(),
+                 ": its size depends on data no kernel has computed (Note [Symbolic sizes])");
+    nbytes = 0;  // a meta storage has no memory anyway
+  }
   Tensor t(make_intrusive<TensorImpl>(allocateStorage(nbytes, options.device), options.dtype, sizes, strides, 0));
   if (options.requires_grad) t.set_requires_grad(true);
   return t;
 }
 
 Tensor empty(IntArrayRef sizes, TensorOptions options) {
+  bool symbolic = false;
   for (int64_t s : sizes) {
+    if (__builtin_expect(s < 0, 0) && sym::isSymbolic(s)) {
+      symbolic = true;
+      continue;
+    }
     STRATA_CHECK(s >= 0, Value, "empty(): negative size ", s, " in ", detail::shapeStr(sizes));
+  }
+  if (__builtin_expect(symbolic, 0)) {
+    const std::vector<int64_t> st = contiguousStrides(sizes);
+    return empty_strided(sizes, st, options);
   }
   // Contiguous strides, in place for the usual ranks (no allocation).
   int64_t small[DimVector::kInline];

@@ -53,6 +53,8 @@ void forEachOffset(IntArrayRef sizes, IntArrayRef strides_a, IntArrayRef strides
 // Bytes a tensor of these sizes/strides needs in its storage past storage_offset:
 // (1 + the largest element offset) * element size, 0 when it has no elements.
 // Throws Error(Value) on negative sizes or strides and on overflow.
+// Returns kSymbolicBytes when a size or stride is symbolic (Note [Symbolic sizes]).
+inline constexpr size_t kSymbolicBytes = ~size_t{0};
 size_t requiredStorageBytes(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset,
                             size_t element_size);
 

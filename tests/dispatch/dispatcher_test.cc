@@ -74,9 +74,9 @@ TEST(DispatchKeys, OrderIsPyTorchs) {
   }
   using K = DispatchKey;
   EXPECT_EQ(order, (std::vector<K>{K::Batched, K::AutocastPrivateUse1, K::AutocastCUDA, K::AutocastCPU, K::AutogradCUDA, K::AutogradCPU,
-                                    K::AutogradMeta, K::Mode, K::Meta, K::PrivateUse1, K::CUDA, K::CPU}));
+                                    K::AutogradMeta, K::Mode, K::Fake, K::Meta, K::PrivateUse1, K::CUDA, K::CPU}));
   EXPECT_EQ(keysBelow(K::AutogradCPU) & all,
-            (DispatchKeySet{K::AutogradMeta, K::Mode, K::Meta, K::PrivateUse1, K::CUDA, K::CPU}));
+            (DispatchKeySet{K::AutogradMeta, K::Mode, K::Fake, K::Meta, K::PrivateUse1, K::CUDA, K::CPU}));
   EXPECT_EQ(keysAbove(K::AutocastCPU) & all, (DispatchKeySet{K::Batched, K::AutocastPrivateUse1, K::AutocastCUDA}));
 }
 

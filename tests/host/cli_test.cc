@@ -345,7 +345,7 @@ TEST(CallModes, TraceAndABundlesModeOnTheMulAddOps) {
   EXPECT_THAT(r.out, ::testing::HasSubstr("flop_counter: 6 flops\n  extension_cpp::mymuladd: 6"));
   r = run("call extension_cpp::mymuladd 'ones(3)' 'ones(3)' 2.0 --mode nope" + opts);
   EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.out, ::testing::HasSubstr("no mode type named 'nope'; known: flop_counter, log, passthrough, trace"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("no mode type named 'nope'; known: fake, flop_counter, log, passthrough, trace"));
   std::system(("rm -rf " + dir).c_str());
 }
 

@@ -7,11 +7,13 @@
 // PyTorch's, highest priority first:
 //
 //   Batched (vmap) > AutocastPrivateUse1 > AutocastCUDA > AutocastCPU >
-//   AutogradCUDA > AutogradCPU > AutogradMeta > Mode (dispatch modes) > Meta >
-//   PrivateUse1 > CUDA > CPU
+//   AutogradCUDA > AutogradCPU > AutogradMeta > Mode (dispatch modes) >
+//   Fake (fake tensors) > Meta > PrivateUse1 > CUDA > CPU
 //
 // so vmap sees an op before autocast, autocast before autograd, and dispatch modes
-// see ops after autograd and autocast have done their work. The values leave gaps
+// see ops after autograd and autocast have done their work. A fake tensor carries
+// Fake above the backend key of the device it claims, so no backend kernel ever runs
+// on it (Note [Fake tensors] in modes/fake.h). The values leave gaps
 // between the groups so that keys can be added later without renumbering the ones
 // users already compiled against. Undefined (0) has no bit.
 #pragma once
@@ -35,6 +37,7 @@ enum class DispatchKey : uint8_t {
   PrivateUse1 = 8,
   Meta = 10,
   // Functionality between backends and autograd.
+  Fake = 16,
   Mode = 20,
   // Autograd, one per backend.
   AutogradMeta = 28,
@@ -70,6 +73,7 @@ constexpr bool isRuntimeKey(DispatchKey k) {
     case DispatchKey::CUDA:
     case DispatchKey::PrivateUse1:
     case DispatchKey::Meta:
+    case DispatchKey::Fake:
     case DispatchKey::Mode:
     case DispatchKey::AutogradMeta:
     case DispatchKey::AutogradCPU:
@@ -185,7 +189,7 @@ inline constexpr DispatchKeySet kAutogradKeys{DispatchKey::AutogradCPU, Dispatch
 inline constexpr DispatchKeySet kAutocastKeys{DispatchKey::AutocastCPU, DispatchKey::AutocastCUDA,
                                               DispatchKey::AutocastPrivateUse1};
 inline constexpr DispatchKeySet kAllRuntimeKeys = kBackendKeys | kAutogradKeys | kAutocastKeys |
-                                                  DispatchKeySet{DispatchKey::Mode, DispatchKey::Batched};
+                                                  DispatchKeySet{DispatchKey::Fake, DispatchKey::Mode, DispatchKey::Batched};
 
 // The runtime keys a registration at k fills: {k} for a runtime key, the alias's
 // set for an alias key (CompositeExplicitAutograd: backends; CompositeImplicitAutograd:
@@ -218,7 +222,7 @@ constexpr DispatchKeySet keysBelow(DispatchKey k) { return DispatchKeySet::fullU
 // A key from its name: the enum names ("CPU", "AutogradCPU", "CompositeExplicitAutograd",
 // ...), the device types "cpu", "cuda", "meta", "privateuse1" (their backend keys),
 // "default" (CompositeExplicitAutograd), as torch.library.impl accepts them,
-// "batched" (vmap's key), and a layer's key of a device type: "autocast:cpu"
+// "batched" (vmap's key), "fake" (fake tensors' key), and a layer's key of a device type: "autocast:cpu"
 // (AutocastCPU), "autograd:cuda" (AutogradCUDA), ... Throws
 // strata::Error(Value) listing the accepted names for anything else.
 STRATA_API DispatchKey parseDispatchKey(std::string_view name);

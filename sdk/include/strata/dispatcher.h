@@ -172,6 +172,18 @@ class STRATA_API OperatorHandle {
   // See Note [Operator rules].
   const void* findRule(std::string_view kind, const std::type_info& target) const;
 
+  // What the table slot of runtime key k holds now: its source ("kernel", "default
+  // kernel", "composite implicit kernel", "autograd kernel", "backend fallback",
+  // "fallthrough", "missing"), the key the kernel was registered at, and the kernel
+  // (null when missing; valid until Dispatcher::reclaimRetiredKernels()). Takes the
+  // dispatcher's lock: for layers deciding how to run an op, not for the call path.
+  struct SlotSource {
+    const char* source = "missing";
+    DispatchKey registered_at = DispatchKey::Undefined;
+    const KernelFunction* kernel = nullptr;
+  };
+  SlotSource slotSource(DispatchKey k) const;
+
   // The operator's non-fallthrough keys.
   DispatchKeySet nonFallthroughKeys() const { return core_->mask(); }
   // The kernel a key set selects (the slot of its highest key after masking).

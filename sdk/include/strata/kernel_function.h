@@ -262,6 +262,12 @@ class STRATA_API KernelFunction {
   }
 
   Kind kind() const { return kind_; }
+  // A fake implementation (register_fake in modes/fake.h): a Meta kernel that
+  // FakeTensorMode calls with fake tensors. Dumps show its kind as "fake".
+  bool isFakeImpl() const { return role_ == kFakeImplRole; }
+  void markFakeImpl() { role_ = kFakeImplRole; }
+  // "unboxed", "boxed", "fallthrough", or "fake".
+  const char* kindLabel() const { return isFakeImpl() ? "fake" : kindName(kind_); }
   bool isValid() const { return kind_ != Kind::Invalid; }
   bool isFallthrough() const { return kind_ == Kind::Fallthrough; }
   bool isUnboxed() const { return kind_ == Kind::Unboxed; }
@@ -334,6 +340,8 @@ class STRATA_API KernelFunction {
   InternalBoxedFn boxed_ = nullptr;
   AnyFn unboxed_ = nullptr;
   Kind kind_ = Kind::Invalid;
+  static constexpr uint8_t kFakeImplRole = 0xFA;
+  uint8_t role_ = 0;  // in what was kind_'s padding: the layout bundles see is unchanged
   std::optional<CppSignature> signature_;
   FunctionSchema (*infer_)() = nullptr;
 

@@ -32,4 +32,5 @@
 #include "strata/scalar_type.h"
 #include "strata/schema.h"
 #include "strata/storage.h"
+#include "strata/sym_int.h"
 #include "strata/tensor.h"

@@ -32,6 +32,7 @@
 #include "strata/scalar.h"
 #include "strata/scalar_type.h"
 #include "strata/storage.h"
+#include "strata/sym_int.h"
 
 namespace strata {
 
@@ -162,6 +163,10 @@ class STRATA_API Tensor {
   // dim may be negative (counts from the end); throws Error(Index) when out of range.
   int64_t size(int64_t dim) const;
   int64_t stride(int64_t dim) const;
+  // The same as SymInts, whose arithmetic keeps a symbolic size symbolic (Note
+  // [Symbolic sizes]); a fake implementation computing sizes from its inputs' uses these.
+  SymInt sym_size(int64_t dim) const { return SymInt(size(dim)); }
+  SymInt sym_numel() const { return SymInt(numel()); }
   int64_t dim() const { return impl().dim(); }
   int64_t numel() const { return impl().numel(); }
   int64_t storage_offset() const { return impl().storage_offset(); }

@@ -750,7 +750,7 @@ void Dispatcher::Impl::appendRegistrations(const OperatorEntry& e, const std::st
       RegistrationInfo r;
       r.op = e.qualified;
       r.key = key;
-      r.kind = KernelFunction::kindName(k->kernel.kind());
+      r.kind = k->kernel.kindLabel();
       r.owner = k->owner;
       r.debug = k->debug;
       r.enabled = !isDisabled(e.qualified, key);
@@ -773,7 +773,7 @@ void Dispatcher::Impl::appendFallbacks(const std::string* owner, std::vector<Reg
     RegistrationInfo r;
     r.what = RegistrationInfo::What::Fallback;
     r.key = fb->key;
-    r.kind = KernelFunction::kindName(fb->kernel.kind());
+    r.kind = fb->kernel.kindLabel();
     r.owner = fb->owner;
     r.debug = fb->debug;
     out.push_back(std::move(r));
@@ -812,6 +812,20 @@ Dispatcher::Owned Dispatcher::ownedBy(const std::string& owner) {
   return out;
 }
 
+OperatorHandle::SlotSource OperatorHandle::slotSource(DispatchKey k) const {
+  STRATA_CHECK(isRuntimeKey(k), Value, "slotSource: ", toString(k), " is not a runtime key");
+  Dispatcher& d = Dispatcher::singleton();
+  std::lock_guard<std::mutex> lock(d.impl_->mu);
+  const SlotState& st = entry_->slot_state[static_cast<size_t>(k)];
+  SlotSource out;
+  out.source = st.source;
+  if (st.record) {
+    out.registered_at = st.record->key;
+    if (!st.record->kernel.isFallthrough()) out.kernel = &st.record->kernel;
+  }
+  return out;
+}
+
 namespace {
 SlotInfo toSlotInfo(DispatchKey key, const SlotState& st) {
   SlotInfo s;
@@ -819,7 +833,7 @@ SlotInfo toSlotInfo(DispatchKey key, const SlotState& st) {
   s.source = st.source;
   if (st.record) {
     s.registered_at = st.record->key;
-    s.kind = KernelFunction::kindName(st.record->kernel.kind());
+    s.kind = st.record->kernel.kindLabel();
     s.owner = st.record->owner;
     s.debug = st.record->debug;
   }

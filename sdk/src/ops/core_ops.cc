@@ -76,6 +76,17 @@ std::vector<int64_t> ops::broadcastShapes(IntArrayRef a, IntArrayRef b) {
   for (size_t i = 0; i < n; ++i) {
     const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (__builtin_expect(da < 0 || db < 0, 0) && da != db && da != 1 && db != 1) {
+      // Note [Symbolic sizes]: a symbol broadcasts against 1 or itself; against anything
+      // else the sizes must be provably equal (a symbol is never taken to be 1).
+      const std::string what = detail::concat("broadcasting shapes ", shapeStr(a), " and ", shapeStr(b),
+                                              " at dimension ", i);
+      STRATA_CHECK(sym::eq(da, db, what), Value, "The size of tensor a (", sym::str(da),
+                   ") must match the size of tensor b (", sym::str(db), ") at non-singleton dimension ", i,
+                   " (shapes ", shapeStr(a), " and ", shapeStr(b), ")");
+      out[i] = sym::isSymbolic(da) ? db : da;  // provably equal: keep the concrete one
+      continue;
+    }
     STRATA_CHECK(da == db || da == 1 || db == 1, Value, "The size of tensor a (", da,
                  ") must match the size of tensor b (", db, ") at non-singleton dimension ", i,
                  " (shapes ", shapeStr(a), " and ", shapeStr(b), ")");
@@ -258,14 +269,21 @@ Tensor sum_dim(const Tensor& a, std::optional<std::vector<int64_t>> dim, bool ke
     }
   }
   std::vector<int64_t> out_shape, perm, kept_shape;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (!reduced[static_cast<size_t>(d)]) {
+      out_shape.push_back(a.sizes()[d]);
+    } else if (keepdim) {
+      out_shape.push_back(1);
+    }
+  }
+  const ScalarType out_dtype = sumType(a.dtype(), dtype);
+  // Shapes only: a symbolic size (Note [Symbolic sizes]) reduces away or stays.
+  if (!kCompute) return empty(out_shape, like(a, out_dtype));
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < nd; ++d) {
     if (!reduced[static_cast<size_t>(d)]) {
       perm.push_back(d);
-      out_shape.push_back(a.sizes()[d]);
       outer *= a.sizes()[d];
-    } else if (keepdim) {
-      out_shape.push_back(1);
     }
   }
   for (int64_t d = 0; d < nd; ++d) {
@@ -274,8 +292,6 @@ Tensor sum_dim(const Tensor& a, std::optional<std::vector<int64_t>> dim, bool ke
       inner *= a.sizes()[d];
     }
   }
-  const ScalarType out_dtype = sumType(a.dtype(), dtype);
-  if (!kCompute) return empty(out_shape, like(a, out_dtype));
   const bool floating = isFloatingType(out_dtype) || isFloatingType(a.dtype());
   const ScalarType acc = floating ? ScalarType::Double : ScalarType::Long;
   const Tensor x = contiguousAs(nd == 0 ? a : a.permute(perm), acc);
@@ -308,8 +324,9 @@ Tensor matmul_kernel(const Tensor& a, const Tensor& b) {
   const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
   const Tensor b2 = b.dim() == 1 ? b.unsqueeze(-1) : b;
   const int64_t n = a2.size(-2), k = a2.size(-1), k2 = b2.size(-2), m = b2.size(-1);
-  STRATA_CHECK(k == k2, Value, "core::matmul: shapes cannot be multiplied (", shapeStr(a.sizes()), " and ",
-               shapeStr(b.sizes()), "): ", n, "x", k, " and ", k2, "x", m);
+  STRATA_CHECK(k == k2 || ((k < 0 || k2 < 0) && sym::eq(k, k2, "core::matmul's inner dimensions")), Value,
+               "core::matmul: shapes cannot be multiplied (", shapeStr(a.sizes()), " and ",
+               shapeStr(b.sizes()), "): ", sym::str(n), "x", sym::str(k), " and ", sym::str(k2), "x", sym::str(m));
   const std::vector<int64_t> batch = ops::broadcastShapes(a2.sizes().subspan(0, static_cast<size_t>(a2.dim() - 2)),
                                                           b2.sizes().subspan(0, static_cast<size_t>(b2.dim() - 2)));
   std::vector<int64_t> full_shape = batch;
@@ -679,6 +696,16 @@ void registerCoreLibrary(Library& m) {
   m.impl("arange.start", &arange_start_kernel, DispatchKey::CompositeExplicitAutograd);
   m.impl("rand", &rand_kernel, DispatchKey::CompositeExplicitAutograd);
   m.impl("rand_like", &rand_like_kernel, DispatchKey::CompositeExplicitAutograd);
+  // And at Meta: a factory's Meta kernel is its fake implementation (FakeTensorMode
+  // runs it with device=meta, then gives the result the device asked for).
+  m.impl("empty", &empty_kernel, DispatchKey::Meta);
+  m.impl("zeros", &zeros_kernel, DispatchKey::Meta);
+  m.impl("ones", &ones_kernel, DispatchKey::Meta);
+  m.impl("full", &full_kernel, DispatchKey::Meta);
+  m.impl("arange", &arange_kernel, DispatchKey::Meta);
+  m.impl("arange.start", &arange_start_kernel, DispatchKey::Meta);
+  m.impl("rand", &rand_kernel, DispatchKey::Meta);
+  m.impl("rand_like", &rand_like_kernel, DispatchKey::Meta);
 
   // Device-generic: metadata, or Tensor methods that handle every device.
   implBackends(m, "empty_like", &empty_like_kernel);
