@@ -116,7 +116,7 @@ struct FakeTensorMode::Memo {
   std::unordered_map<const StorageImpl*, std::pair<Storage, Storage>> storages;
 };
 
-FakeTensorMode::FakeTensorMode() : memo_(std::make_unique<Memo>()) {}
+FakeTensorMode::FakeTensorMode() : memo_(std::make_unique<Memo>()) { initialize(); }
 FakeTensorMode::~FakeTensorMode() = default;
 
 std::string FakeTensorMode::summary() const {

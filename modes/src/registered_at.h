@@ -16,10 +16,9 @@ inline std::string registeredAt(const std::source_location& loc) {
 }
 
 // A rule is a kernel at its layer's key: a second one for (op, key) is refused, naming
-// the first one's owner, unless allow_override. (The dispatcher refuses a second
-// kernel from another owner; this also refuses one from the same owner, which it
-// would let stack.) `call` begins the message ("register_vmap(ns::op)"), `what` names
-// the rule ("a batching rule").
+// the first one's owner, unless allow_override. (The dispatcher refuses it too; this
+// check says it in the layer's words.) `call` begins the message
+// ("register_vmap(ns::op)"), `what` names the rule ("a batching rule").
 inline void refuseSecondRule(const OperatorName& op, DispatchKey key, const std::string& call, const std::string& what,
                              const std::string& debug) {
   for (const RegistrationInfo& ri : Dispatcher::singleton().registrations(op)) {

@@ -45,7 +45,8 @@ TEST(Concurrency, DispatchWhileRegisteringDeregisteringAndToggling) {
     {
       Library cpu(Library::IMPL, "conc", DispatchKey::CPU);
       cpu.impl("f", [](const Tensor&) { return int64_t{1}; });
-      cpu.impl("f", [i](const Tensor&) { return int64_t{2 + (i % 2)}; });  // stacks on the first
+      cpu.impl("f", [i](const Tensor&) { return int64_t{2 + (i % 2)}; }, DispatchKey::CPU,
+               ImplOptions{.allow_override = true});  // stacks on the first
       set_kernel_enabled("conc::f", "cpu", i % 3 != 0);
       set_kernel_enabled("conc::f", "cpu", true);
     }  // both deregistered

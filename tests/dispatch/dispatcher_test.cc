@@ -267,6 +267,32 @@ TEST(Precedence, AnOpWithoutTensorArgumentsUsesItsCompositeKernelOrFails) {
               AllOf(HasSubstr("notensor::eight"), HasSubstr("empty key set"), HasSubstr("no tensor arguments")));
 }
 
+// Note [Dispatching on a Device argument]: a factory with no tensor argument
+// dispatches on its Device (PyTorch's BackendSelect), unboxed and boxed.
+TEST(Precedence, AnOpWithoutTensorsButWithADeviceDispatchesOnTheDevice) {
+  Library lib(Library::DEF, "devsel");
+  lib.def("bar(Device device) -> Tensor");
+  lib.def("baz(int n, *, Device? device=None) -> Tensor");
+  lib.impl("bar", [](Device) { return ones({3}); }, "cpu");
+  lib.impl("baz", [](int64_t n, std::optional<Device>) { return zeros({n}); }, "cpu");
+  lib.impl("baz", [](int64_t n, std::optional<Device>) { return ones({n}); }, "default");
+  EXPECT_EQ(op("devsel::bar").typed<Tensor(Device)>().call(kCPU).numel(), 3);
+  Stack s{IValue(kCPU)};
+  op("devsel::bar").callBoxed(s);
+  EXPECT_EQ(s.at(0).toTensor().numel(), 3);
+  // A device with no kernel is the usual error, naming the key.
+  EXPECT_THAT(errorOf([] { op("devsel::bar").typed<Tensor(Device)>().call(kMeta); }),
+              AllOf(HasSubstr("devsel::bar"), HasSubstr("no kernel for dispatch key Meta")));
+  // Device? given: the device's kernel; not given: the composite ("default") kernel.
+  const auto baz = op("devsel::baz").typed<Tensor(int64_t, std::optional<Device>)>();
+  EXPECT_EQ(baz.call(2, kCPU).to_vector<float>(), (std::vector<float>{0, 0}));
+  EXPECT_EQ(baz.call(2, std::nullopt).to_vector<float>(), (std::vector<float>{1, 1}));
+  const Explanation ex = explain(op("devsel::bar"), Stack{IValue(kCPU)});
+  ASSERT_EQ(ex.arguments.size(), 1u);
+  EXPECT_EQ(ex.arguments[0].name, "device");
+  EXPECT_EQ(ex.arguments[0].keys, DispatchKeySet(DispatchKey::CPU));
+}
+
 // ---------------------------------------------------------------------------
 // Fallthrough, fallbacks, redispatch, TLS.
 
@@ -512,7 +538,10 @@ TEST(Libraries, AnotherOwnersKernelNeedsAllowOverrideAndRemovalRestoresTheOldOne
               AllOf(HasSubstr("already registered by 'bundle_a@1.0'"), HasSubstr("allow_override")));
   second.impl("f", [](const Tensor&) { return tagged(2); }, DispatchKey::CPU, ImplOptions{.allow_override = true});
   EXPECT_EQ(tagOf(f.call(ones({1}))), 2);
-  second.impl("f", [](const Tensor&) { return tagged(3); });  // same owner: stacks without allow_override
+  // The same owner's second kernel at one key needs allow_override too.
+  EXPECT_THAT(errorOf([&] { second.impl("f", [](const Tensor&) { return tagged(3); }); }),
+              AllOf(HasSubstr("already registered by 'bundle_b@2.0'"), HasSubstr("allow_override")));
+  second.impl("f", [](const Tensor&) { return tagged(3); }, DispatchKey::CPU, ImplOptions{.allow_override = true});
   EXPECT_EQ(tagOf(f.call(ones({1}))), 3);
   second.reset();
   EXPECT_EQ(tagOf(f.call(ones({1}))), 1);  // the stack unwinds to the first owner's kernel

@@ -115,9 +115,31 @@ template <typename T>
 DispatchKeySet keysOf(const T&) {
   return {};
 }
+// Note [Dispatching on a Device argument]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An op with no tensor argument has nothing to dispatch on, unless it takes a Device
+// (a factory: `bar(Device device) -> Tensor`): then, as PyTorch's BackendSelect does,
+// the call dispatches on the backend key of that device (the given Device and
+// Device? arguments; none given: the empty set, whose slot holds the composite
+// kernel). Tensor arguments, when there are any, decide alone. Only signatures with
+// a Device parameter compile the check.
+inline DispatchKeySet deviceKeysOf(const Device& d) { return DispatchKeySet(backendKey(d.type)); }
+inline DispatchKeySet deviceKeysOf(const std::optional<Device>& d) { return d ? deviceKeysOf(*d) : DispatchKeySet(); }
+template <typename T>
+DispatchKeySet deviceKeysOf(const T&) {
+  return {};
+}
+template <typename T>
+inline constexpr bool kIsDeviceParam =
+    std::is_same_v<std::remove_cvref_t<T>, Device> || std::is_same_v<std::remove_cvref_t<T>, std::optional<Device>>;
+
 template <typename... Args>
 DispatchKeySet argumentKeys(const Args&... args) {
-  return (DispatchKeySet() | ... | keysOf(args));
+  DispatchKeySet ks = (DispatchKeySet() | ... | keysOf(args));
+  if constexpr ((kIsDeviceParam<Args> || ...)) {
+    if (ks.empty()) ks = (DispatchKeySet() | ... | deviceKeysOf(args));
+  }
+  return ks;
 }
 
 inline DispatchKeySet computeCallKeys(DispatchKeySet arg_keys, DispatchKeySet mask) {

@@ -22,9 +22,9 @@
 // and recomputes the tables. Each records an owner (RegistrationOwnerGuard, default
 // "user") and a debug string with the file and line of the call.
 //
-// A kernel may not replace another owner's kernel at the same key unless
-// allow_override is set (on the Library, or per impl); the replaced kernel comes
-// back when the newer registration is removed.
+// A kernel may not replace another kernel at the same (op, key), its own owner's
+// included, unless allow_override is set (on the Library, or per impl); the replaced
+// kernel comes back when the newer registration is removed.
 #pragma once
 
 #include <optional>

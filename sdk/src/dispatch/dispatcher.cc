@@ -235,6 +235,9 @@ OperatorInfo::OperatorInfo(FunctionSchema s) : schema(std::move(s)) {
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     if (isTensorLike(*args[i].type)) tensor_args.push_back(i);
+    const Type* t = args[i].type.get();
+    if (t->kind() == TypeKind::Optional) t = t->contained()[0].get();
+    if (t->kind() == TypeKind::Device) device_args.push_back(i);
     IValue::Tag fast = kNoFastTag;
     switch (args[i].type->kind()) {
       case TypeKind::Tensor: fast = IValue::Tag::Tensor; break;
@@ -247,6 +250,7 @@ OperatorInfo::OperatorInfo(FunctionSchema s) : schema(std::move(s)) {
     }
     fast_tags.push_back(fast);
   }
+  if (!tensor_args.empty()) device_args.clear();
 }
 
 void OperatorInfo::checkArgumentsSlow(Stack& stack) const {
@@ -592,7 +596,9 @@ RegistrationHandleRAII Dispatcher::registerImpl(const OperatorName& op, Dispatch
     }
   }
   auto& list = e.kernels[key];
-  if (!list.empty() && list.front()->owner != options.owner && !options.allow_override) {
+  // A second kernel at one (op, key) replaces the first only with allow_override,
+  // whoever registers it, the same owner included (torch.library refuses it too).
+  if (!list.empty() && !options.allow_override) {
     const auto& prev = *list.front();
     STRATA_FAIL(Value, e.qualified, ": a kernel for ", toString(key), " is already registered by '", prev.owner,
                 "' (", prev.debug, "); '", options.owner, "' (", options.debug,

@@ -33,6 +33,9 @@ struct KernelRecord {
 struct OperatorInfo {
   FunctionSchema schema;
   std::vector<size_t> tensor_args;  // indices of Tensor, Tensor?, Tensor[], Tensor?[] arguments
+  // Indices of Device and Device? arguments, when there is no tensor argument: Note
+  // [Dispatching on a Device argument].
+  std::vector<size_t> device_args;
   // Per argument, the tag that passes without a closer look (Tensor for Tensor, Int
   // for int, ...), or kNoFastTag when every value needs the full check.
   std::vector<IValue::Tag> fast_tags;
@@ -59,6 +62,11 @@ struct OperatorInfo {
     for (size_t i : tensor_args) {
       const IValue& v = stack[i];
       ks = ks | (__builtin_expect(v.isTensor(), 1) ? detail::keysOf(v.toTensor()) : keysOfValue(v));
+    }
+    if (__builtin_expect(!device_args.empty(), 0)) {
+      for (size_t i : device_args) {
+        if (stack[i].isDevice()) ks = ks | detail::deviceKeysOf(stack[i].toDevice());
+      }
     }
     return ks;
   }

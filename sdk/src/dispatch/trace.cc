@@ -154,6 +154,10 @@ Explanation explain(const OperatorHandle& op, Stack stack) {
   for (size_t i : info->tensor_args) {
     ex.arguments.push_back({schema.arguments()[i].name, OperatorInfo::keysOfValue(stack[i])});
   }
+  for (size_t i : info->device_args) {  // Note [Dispatching on a Device argument]
+    ex.arguments.push_back(
+        {schema.arguments()[i].name, stack[i].isDevice() ? detail::deviceKeysOf(stack[i].toDevice()) : DispatchKeySet()});
+  }
   const LocalDispatchKeySet tls = tls_local_dispatch_key_set();
   ex.tls_included = tls.included;
   ex.tls_excluded = tls.excluded;
