@@ -1,0 +1,182 @@
+// custom_op: turn a C++ function into an operator in one call, as
+// torch.library.custom_op does.
+//
+//   auto numpy_sin = strata::modes::custom_op(
+//       "mylib::numpy_sin", [](const Tensor& x) { return ...; }, {"x"}, {});  // every device
+//   numpy_sin.register_kernel({"cpu"}, [](const Tensor& x) { return ...; });
+//   numpy_sin.register_fake([](const Tensor& x) { return strata::ops::empty_like(x); });
+//   Tensor y = numpy_sin(x);                                  // a dispatcher call
+//
+//   auto sin_ = strata::modes::custom_op("mylib::numpy_sin_inplace",
+//       [](Tensor& x) { ... }, {"x"}, {"x"}, {"cpu"});        // mutates_args = {"x"}
+//
+// The schema is inferred from fn's C++ type (strata/infer_schema.h) with the argument
+// names the caller gives (C++ has none): one per parameter. A Tensor& parameter is a
+// mutated argument, Tensor(a!): mutates_args must name exactly those (Error(Schema)
+// otherwise, naming the argument); "unknown" (MutatesArgs::unknown()) marks every
+// Tensor argument mutated, as PyTorch does. A `schema` given ("(Tensor x) -> Tensor")
+// replaces the inference and must fit fn.
+//
+// device_types: none = fn is the kernel for every device (CompositeExplicitAutograd,
+// "default"); else fn is the kernel of each device type given ("cpu", "cuda"). An op
+// with no tensor argument needs a Device argument to have device kernels (Note
+// [Dispatching on a Device argument]). The op is opaque: no kernel is
+// CompositeImplicitAutograd, so every layer sees it as one op.
+//
+// The CustomOpDef owns everything registered through it (a FRAGMENT library of the
+// op's namespace): the op, its kernels, its fake impl and its rules go when it dies.
+// Registered while a RegistrationOwnerGuard is set, they carry that owner.
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "strata/dispatcher.h"
+#include "strata/library.h"
+#include "strata/modes/autocast.h"
+#include "strata/modes/export.h"
+#include "strata/modes/fake.h"
+#include "strata/modes/vmap.h"
+
+namespace strata::modes {
+
+// The names of the arguments fn mutates, or unknown().
+class STRATA_MODES_API MutatesArgs {
+ public:
+  MutatesArgs() = default;
+  MutatesArgs(std::initializer_list<std::string> names) : names_(names) {}  // NOLINT: {"x"} reads well
+  explicit MutatesArgs(std::vector<std::string> names) : names_(std::move(names)) {}
+  static MutatesArgs unknown() {
+    MutatesArgs m;
+    m.unknown_ = true;
+    return m;
+  }
+  const std::vector<std::string>& names() const { return names_; }
+  bool is_unknown() const { return unknown_; }
+
+ private:
+  std::vector<std::string> names_;
+  bool unknown_ = false;
+};
+
+class STRATA_MODES_API CustomOpDef {
+ public:
+  CustomOpDef(CustomOpDef&&) noexcept;
+  CustomOpDef& operator=(CustomOpDef&&) noexcept;
+  ~CustomOpDef();
+
+  // "ns::name".
+  const std::string& name() const { return name_; }
+  OperatorHandle op() const;
+  const FunctionSchema& schema() const { return op().schema(); }
+
+  // fn becomes the kernel of each device type (replacing the one custom_op gave it).
+  template <typename F>
+  CustomOpDef& register_kernel(std::vector<std::string> device_types, F&& fn,
+                               std::source_location where = std::source_location::current()) {
+    for (const std::string& d : device_types) {
+      lib().impl(name_, fn, checkDeviceType(d, "register_kernel"), ImplOptions{.allow_override = true}, where);
+    }
+    return *this;
+  }
+  // The op's fake implementation (register_fake); a custom op may replace its own.
+  template <typename F>
+  CustomOpDef& register_fake(F&& fn, std::source_location where = std::source_location::current()) {
+    modes::register_fake(name_, std::forward<F>(fn), lib(), /*allow_override=*/true, where);
+    return *this;
+  }
+  CustomOpDef& register_autocast(std::string_view device_type, ScalarType cast_inputs,
+                                 std::source_location where = std::source_location::current()) {
+    modes::register_autocast(name_, device_type, cast_inputs, lib(), /*allow_override=*/false, where);
+    return *this;
+  }
+  CustomOpDef& register_vmap(VmapRule rule, std::source_location where = std::source_location::current()) {
+    modes::register_vmap(name_, std::move(rule), lib(), /*allow_override=*/false, where);
+    return *this;
+  }
+  // Turns the op's kernel for a device type off (or on) for a scope, as
+  // CustomOpDef.set_kernel_enabled does: `auto off = op.set_kernel_enabled("cpu", false);`
+  [[nodiscard]] KernelEnabledScope set_kernel_enabled(std::string_view device_type, bool enabled) const {
+    return KernelEnabledScope(name_, device_type, enabled);
+  }
+
+ protected:
+  CustomOpDef(std::string name, std::unique_ptr<Library> lib);
+  Library& lib() { return *lib_; }
+
+ public:
+  // The backend key of a device type name; Error(Value) naming api otherwise.
+  static DispatchKey checkDeviceType(std::string_view device_type, const char* api);
+
+ private:
+  std::string name_;
+  std::unique_ptr<Library> lib_;
+  template <typename Sig>
+  friend class TypedCustomOpDef;
+};
+
+// What custom_op returns: a CustomOpDef that is also callable with fn's signature.
+template <typename Sig>
+class TypedCustomOpDef;
+template <typename Return, typename... Args>
+class TypedCustomOpDef<Return(Args...)> final : public CustomOpDef {
+ public:
+  TypedCustomOpDef(std::string name, std::unique_ptr<Library> lib)
+      : CustomOpDef(std::move(name), std::move(lib)), typed_(op().typed<Return(Args...)>()) {}
+  // A dispatcher call of the op (every layer sees it).
+  Return operator()(Args... args) const { return typed_.call(std::forward<Args>(args)...); }
+  const TypedOperatorHandle<Return(Args...)>& typed() const { return typed_; }
+
+ private:
+  TypedOperatorHandle<Return(Args...)> typed_;
+};
+
+namespace detail {
+// Builds the schema (inferred, renamed and checked against mutates_args, or parsed)
+// and defines the op in a new FRAGMENT library; registers nothing else.
+STRATA_MODES_API std::unique_ptr<Library> defineCustomOp(std::string_view name, const FunctionSchema& inferred,
+                                                         const std::vector<std::string>& arg_names,
+                                                         const MutatesArgs& mutates_args, std::string_view schema,
+                                                         std::source_location where);
+STRATA_MODES_API std::vector<DispatchKey> customOpKeys(std::string_view name,
+                                                       const std::vector<std::string>& device_types);
+
+template <typename F>
+struct CustomOpSig {
+  using Traits = strata::detail::infer::FunctionTraits<std::remove_cvref_t<F>>;
+  using Args = typename strata::detail::infer::SchemaArgs<typename Traits::ArgTuple>::type;
+  template <typename R, typename Tuple>
+  struct Make;
+  template <typename R, typename... A>
+  struct Make<R, std::tuple<A...>> {
+    using type = R(A...);
+  };
+  using type = typename Make<typename Traits::Return, Args>::type;
+};
+}  // namespace detail
+
+// torch.library.custom_op. name: "ns::name"; fn: the kernel; arg_names: one per
+// parameter of fn; mutates_args: the names fn mutates ({} for none) or
+// MutatesArgs::unknown(); device_types: {} for every device, else the device types
+// fn serves; schema: "" to infer. Errors (Error(Schema) or Error(Value)) name the op
+// and the reason: a bad name, a second def of it, names that do not fit fn, a
+// mutates_args that does not match fn's Tensor& parameters, an unknown device type.
+template <typename F>
+TypedCustomOpDef<typename detail::CustomOpSig<F>::type> custom_op(
+    std::string_view name, F&& fn, const std::vector<std::string>& arg_names, const MutatesArgs& mutates_args,
+    const std::vector<std::string>& device_types = {}, std::string_view schema = "",
+    std::source_location where = std::source_location::current()) {
+  using Sig = typename detail::CustomOpSig<F>::type;
+  const std::vector<DispatchKey> keys = detail::customOpKeys(name, device_types);
+  std::unique_ptr<Library> lib =
+      detail::defineCustomOp(name, infer_schema<std::remove_cvref_t<F>>(), arg_names, mutates_args, schema, where);
+  for (DispatchKey k : keys) lib->impl(std::string(name), fn, k, ImplOptions{}, where);
+  return TypedCustomOpDef<Sig>(std::string(name), std::move(lib));
+}
+
+}  // namespace strata::modes

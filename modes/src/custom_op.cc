@@ -1,0 +1,111 @@
+// custom_op: the schema from fn's type and the caller's names, mutates_args checked
+// against it, and the CustomOpDef that owns the op's registrations.
+#include "strata/modes/custom_op.h"
+
+#include <algorithm>
+#include <set>
+
+#include "registered_at.h"
+
+namespace strata::modes {
+
+CustomOpDef::CustomOpDef(std::string name, std::unique_ptr<Library> lib) : name_(std::move(name)), lib_(std::move(lib)) {}
+CustomOpDef::CustomOpDef(CustomOpDef&&) noexcept = default;
+CustomOpDef& CustomOpDef::operator=(CustomOpDef&&) noexcept = default;
+CustomOpDef::~CustomOpDef() = default;
+
+OperatorHandle CustomOpDef::op() const { return Dispatcher::singleton().findSchemaOrThrow(name_); }
+
+DispatchKey CustomOpDef::checkDeviceType(std::string_view device_type, const char* api) {
+  for (DeviceType t : {DeviceType::CPU, DeviceType::CUDA, DeviceType::Meta, DeviceType::PrivateUse1}) {
+    if (device_type == toString(t)) return backendKey(t);
+  }
+  STRATA_FAIL(Value, api, ": unknown device type '", device_type, "' (expected cpu, cuda, meta or privateuse1)");
+}
+
+namespace detail {
+
+std::vector<DispatchKey> customOpKeys(std::string_view name, const std::vector<std::string>& device_types) {
+  if (device_types.empty()) return {DispatchKey::CompositeExplicitAutograd};
+  std::vector<DispatchKey> keys;
+  for (const std::string& d : device_types) {
+    try {
+      const DispatchKey k = CustomOpDef::checkDeviceType(d, "custom_op");
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+    } catch (const Error& e) {
+      STRATA_FAIL(Value, "custom_op(", name, "): ", e.what());
+    }
+  }
+  return keys;
+}
+
+std::unique_ptr<Library> defineCustomOp(std::string_view name, const FunctionSchema& inferred,
+                                        const std::vector<std::string>& arg_names, const MutatesArgs& mutates_args,
+                                        std::string_view schema_text, std::source_location where) {
+  const std::string call = "custom_op(" + std::string(name) + ")";
+  const OperatorName op = parseOperatorName(name);
+  const size_t sep = op.name.find("::");
+  STRATA_CHECK(sep != std::string::npos && sep > 0, Value, call,
+               ": the name must look like \"namespace::name\" (use your project's name as the namespace)");
+  const std::string ns = op.name.substr(0, sep);
+  const auto& args = inferred.arguments();
+  FunctionSchema schema = inferred;
+  if (!schema_text.empty()) {
+    auto parsed = parseSchemaOrName(std::string(op.str()) + std::string(schema_text),
+                                    SchemaParseOptions{.allow_typevars = false});
+    STRATA_CHECK(std::holds_alternative<FunctionSchema>(parsed), Schema, call, ": schema \"", schema_text,
+                 "\" is not a schema (expected \"(Tensor x, int y) -> Tensor\")");
+    schema = std::get<FunctionSchema>(std::move(parsed));
+  } else {
+    STRATA_CHECK(arg_names.size() == args.size(), Schema, call, ": fn takes ", args.size(), " argument(s) but ",
+                 arg_names.size(), " name(s) were given; C++ has no argument names, so custom_op needs one per "
+                 "parameter");
+    std::set<std::string> seen;
+    std::vector<Argument> named = args;
+    for (size_t i = 0; i < named.size(); ++i) {
+      const std::string& n = arg_names[i];
+      const bool ident = !n.empty() && (std::isalpha(static_cast<unsigned char>(n[0])) || n[0] == '_') &&
+                         std::all_of(n.begin(), n.end(), [](char c) {
+                           return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                         });
+      STRATA_CHECK(ident, Schema, call, ": argument name '", n, "' is not an identifier");
+      STRATA_CHECK(seen.insert(n).second, Schema, call, ": argument name '", n, "' is given twice");
+      named[i].name = n;
+    }
+    // mutates_args: exactly the Tensor& parameters, or "unknown" (every tensor).
+    for (const std::string& m : mutates_args.names()) {
+      const auto it = std::find(arg_names.begin(), arg_names.end(), m);
+      STRATA_CHECK(it != arg_names.end(), Schema, call, ": mutates_args names '", m, "', which is not an argument");
+      const Argument& a = named[static_cast<size_t>(it - arg_names.begin())];
+      STRATA_CHECK(a.is_write(), Schema, call, ": mutates_args names '", m, "', but fn takes it as ",
+                   a.type->kind() == TypeKind::Tensor ? "const Tensor&: take it as Tensor& to mutate it"
+                                                      : a.type->str() + ", which cannot be mutated");
+    }
+    size_t alias = static_cast<size_t>(std::count_if(named.begin(), named.end(), [](const Argument& a) {
+      return a.alias_info.has_value();
+    }));
+    for (Argument& a : named) {
+      if (a.is_write() && !mutates_args.is_unknown()) {
+        STRATA_CHECK(std::find(mutates_args.names().begin(), mutates_args.names().end(), a.name) !=
+                         mutates_args.names().end(),
+                     Schema, call, ": fn takes '", a.name, "' as Tensor& (it may mutate it) but mutates_args does "
+                     "not name it: add it, or take it as const Tensor&");
+      }
+      if (mutates_args.is_unknown() && a.type->kind() == TypeKind::Tensor && !a.alias_info) {
+        AliasInfo info;
+        info.before_sets = {strata::detail::infer::aliasSetName(alias++)};
+        info.after_sets = info.before_sets;
+        info.is_write = true;
+        a.alias_info = info;
+      }
+    }
+    schema = FunctionSchema(op.name, op.overload_name, std::move(named), inferred.returns());
+  }
+  auto lib = std::make_unique<Library>(Library::FRAGMENT, ns, std::nullopt, where);
+  lib->def(schema.str(), where);
+  return lib;
+}
+
+}  // namespace detail
+
+}  // namespace strata::modes

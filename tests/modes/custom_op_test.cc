@@ -1,0 +1,152 @@
+// custom_op: the seeds' numpy_sin (default and cpu kernels), numpy_sin_inplace
+// (mutates_args), bar(device) (a factory with device_types="cpu"), the schema from
+// fn's type and the caller's names, mutates_args checks, register_kernel /
+// register_fake / register_vmap / set_kernel_enabled, and the errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../dispatch/test_util.h"
+#include "strata/dispatcher.h"
+#include "strata/modes/custom_op.h"
+#include "strata/modes/fake.h"
+#include "strata/modes/vmap.h"
+#include "strata/ops.h"
+#include "strata/tensor.h"
+
+namespace strata {
+namespace {
+
+using modes::custom_op;
+using modes::MutatesArgs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using strata::testing::errorOf;
+
+Tensor sinOf(const Tensor& x) {
+  std::vector<float> v = x.to(ScalarType::Float).to_vector<float>();
+  for (float& e : v) e = std::sin(e);
+  return from_vector(v, std::vector<int64_t>(x.sizes().begin(), x.sizes().end()));
+}
+
+TEST(CustomOp, TheSeedsNumpySinWithADefaultKernelAndACpuKernel) {
+  int default_calls = 0, cpu_calls = 0;
+  auto numpy_sin = custom_op("cop_sin::numpy_sin", [&](const Tensor& x) { ++default_calls; return sinOf(x); },
+                             {"x"}, {});
+  EXPECT_EQ(numpy_sin.schema().str(), "cop_sin::numpy_sin(Tensor x) -> Tensor");
+  const Tensor x = from_vector<float>({0.0f, 1.0f, 2.0f});
+  EXPECT_TRUE(ops::allclose(numpy_sin(x), ops::sin(x)));
+  EXPECT_EQ(default_calls, 1);
+  // Opaque: a default (CompositeExplicitAutograd) kernel, no CompositeImplicitAutograd.
+  const auto regs = Dispatcher::singleton().registrations(parseOperatorName("cop_sin::numpy_sin"));
+  bool has_default = false;
+  for (const auto& r : regs) {
+    EXPECT_NE(r.key, DispatchKey::CompositeImplicitAutograd);
+    has_default |= r.key == DispatchKey::CompositeExplicitAutograd;
+  }
+  EXPECT_TRUE(has_default);
+  numpy_sin.register_kernel({"cpu"}, [&](const Tensor& x) { ++cpu_calls; return sinOf(x); });
+  EXPECT_TRUE(ops::allclose(numpy_sin(x), ops::sin(x)));
+  EXPECT_EQ(cpu_calls, 1);
+  {
+    auto off = numpy_sin.set_kernel_enabled("cpu", false);  // back to the default kernel
+    numpy_sin(x);
+    EXPECT_EQ(default_calls, 2);
+  }
+  numpy_sin(x);
+  EXPECT_EQ(cpu_calls, 2);
+  // Only cpu: a cpu-only custom op (numpy_sin_cpu) has no kernel elsewhere.
+  auto sin_cpu = custom_op("cop_sin::numpy_sin_cpu", [](const Tensor& x) { return sinOf(x); }, {"x"}, {}, {"cpu"});
+  EXPECT_THAT(errorOf([&] { sin_cpu(empty({3}, kMeta)); }), HasSubstr("no kernel for dispatch key Meta"));
+}
+
+TEST(CustomOp, TheSeedsNumpySinInplaceMutatesItsArgument) {
+  auto sin_ = custom_op("cop_inplace::numpy_sin_inplace", [](Tensor& x) { x.copy_(sinOf(x)); }, {"x"}, {"x"}, {"cpu"});
+  EXPECT_EQ(sin_.schema().str(), "cop_inplace::numpy_sin_inplace(Tensor(a!) x) -> ()");
+  Tensor x = from_vector<float>({0.5f, 1.5f});
+  const Tensor expected = ops::sin(x);
+  sin_(x);
+  EXPECT_TRUE(ops::allclose(x, expected));
+  // "unknown": every tensor argument is taken as mutated.
+  auto unk = custom_op("cop_inplace::unk", [](const Tensor& a, const Tensor& b, double) { return ops::add(a, b); },
+                       {"a", "b", "c"}, MutatesArgs::unknown());
+  EXPECT_EQ(unk.schema().str(), "cop_inplace::unk(Tensor(a!) a, Tensor(b!) b, float c) -> Tensor");
+}
+
+TEST(CustomOp, TheSeedsBarFactoryDispatchesOnItsDevice) {
+  auto bar = custom_op("cop_bar::bar", [](Device) { return ones({3}); }, {"device"}, {}, {"cpu"});
+  EXPECT_EQ(bar.schema().str(), "cop_bar::bar(Device device) -> Tensor");
+  EXPECT_EQ(bar(kCPU).to_vector<float>(), (std::vector<float>{1, 1, 1}));
+}
+
+TEST(CustomOp, ASchemaGivenReplacesTheInference) {
+  auto f = custom_op("cop_schema::f", [](const Tensor& x, int64_t n) { return ops::mul(x, Scalar(n)); }, {}, {}, {},
+                     "(Tensor input, int times=2) -> Tensor");
+  EXPECT_EQ(f.schema().str(), "cop_schema::f(Tensor input, int times=2) -> Tensor");
+  Stack s{IValue(from_vector<float>({1.0f}))};
+  f.op().callBoxed(s);
+  EXPECT_EQ(s.at(0).toTensor().to_vector<float>(), (std::vector<float>{2.0f}));
+}
+
+TEST(CustomOp, RegisterFakeAndRegisterVmapWorkOnTheOp) {
+  auto lin = custom_op("cop_layers::scale", [](const Tensor& x, double s) { return ops::mul(x, Scalar(s)); },
+                       {"x", "s"}, {});
+  lin.register_fake([](const Tensor& x, double) { return ops::empty_like(x); });
+  {
+    auto mode = std::make_shared<modes::FakeTensorMode>();
+    modes::ModeGuard guard(mode);
+    const Tensor y = lin(ops::ones({4, 2}), 3.0);
+    EXPECT_TRUE(modes::is_fake(y));
+    EXPECT_EQ(y.size(0), 4);
+  }
+  // A custom op may replace its own fake impl.
+  lin.register_fake([](const Tensor& x, double) { return ops::sum(x); });
+  int rule_calls = 0;
+  lin.register_vmap([&](const modes::VmapInfo&, const modes::InDims& in_dims, Stack& args) {
+    ++rule_calls;
+    const Tensor x = args[0].toTensor();
+    return modes::VmapResult{Stack{IValue(ops::mul(x, Scalar(args[1].toDouble())))}, {in_dims[0]}};
+  });
+  const Tensor b = from_vector<float>({1, 2, 3, 4}, std::vector<int64_t>{2, 2});
+  const Tensor r = modes::vmap([&](const Tensor& x) { return lin(x, 2.0); })(b);
+  EXPECT_EQ(rule_calls, 1);
+  EXPECT_EQ(r.to_vector<float>(), (std::vector<float>{2, 4, 6, 8}));
+}
+
+TEST(CustomOp, ErrorsNameTheOpAndTheReason) {
+  auto id = [](const Tensor& x) { return x.clone(); };
+  EXPECT_THAT(errorOf([&] { custom_op("cop_err::f", id, {}, {}); }),
+              AllOf(HasSubstr("custom_op(cop_err::f)"), HasSubstr("1 argument(s) but 0 name(s)")));
+  EXPECT_THAT(errorOf([&] { custom_op("cop_err::f", id, {"1x"}, {}); }), HasSubstr("'1x' is not an identifier"));
+  EXPECT_THAT(errorOf([&] { custom_op("cop_err::f", id, {"x"}, {"y"}); }),
+              HasSubstr("mutates_args names 'y', which is not an argument"));
+  EXPECT_THAT(errorOf([&] { custom_op("cop_err::f", id, {"x"}, {"x"}); }),
+              AllOf(HasSubstr("mutates_args names 'x'"), HasSubstr("take it as Tensor&")));
+  EXPECT_THAT(errorOf([&] { custom_op("cop_err::g", [](Tensor& x) { return x; }, {"x"}, {}); }),
+              AllOf(HasSubstr("custom_op(cop_err::g)"), HasSubstr("mutates_args does not name it")));
+  EXPECT_THAT(errorOf([&] { custom_op("cop_err::f", id, {"x"}, {}, {"tpu"}); }),
+              AllOf(HasSubstr("custom_op(cop_err::f)"), HasSubstr("unknown device type 'tpu'")));
+  EXPECT_THAT(errorOf([&] { custom_op("noseparator", id, {"x"}, {}); }), HasSubstr("noseparator"));
+  auto first = custom_op("cop_err::twice", id, {"x"}, {});
+  EXPECT_THAT(errorOf([&] { custom_op("cop_err::twice", id, {"x"}, {}); }),
+              HasSubstr("cop_err::twice"));
+  EXPECT_THAT(errorOf([&] { first.register_kernel({"gpu"}, id); }), HasSubstr("unknown device type 'gpu'"));
+  // Nothing half-made stays behind: the refused defs left no operator.
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("cop_err::f")).has_value());
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("cop_err::g")).has_value());
+}
+
+TEST(CustomOp, EverythingGoesWithTheDef) {
+  {
+    auto op = custom_op("cop_raii::f", [](const Tensor& x) { return x.clone(); }, {"x"}, {});
+    op.register_fake([](const Tensor& x) { return ops::empty_like(x); });
+    EXPECT_TRUE(Dispatcher::singleton().findOp(parseOperatorName("cop_raii::f")).has_value());
+  }
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("cop_raii::f")).has_value());
+}
+
+}  // namespace
+}  // namespace strata
