@@ -11,6 +11,7 @@
 #include "commands/commands.h"
 #include "strata/dispatcher.h"
 #include "strata/modes/autocast.h"
+#include "strata/modes/fake.h"
 #include "strata/modes/vmap.h"
 #include "strata/modes/dispatch_mode.h"
 #include "strata/modes/trace_mode.h"
@@ -377,6 +378,10 @@ int runCallCommand(const QStringList& args) {
                             "ones are None). Prints the batched results; --explain shows whether a batching "
                             "rule or the for-loop fallback ran.",
                     "IN_DIMS"});
+  parser.addOption({"fake", "A dry run: run the call under FakeTensorMode, where tensors have sizes, a dtype and "
+                            "a device but no data, and print each output's shape, dtype and device (a size that "
+                            "depends on data as u0, with its range). No real kernel runs: --explain shows the "
+                            "fake implementation or Meta kernel that did."});
   addHostOptions(parser);
   parser.addPositionalArgument("op", "The operator: ns::name or ns::name.overload.", "OP");
   parser.addPositionalArgument("args", "Its arguments.", "[ARG...]");
@@ -456,6 +461,13 @@ int runCallCommand(const QStringList& args) {
                  candidates.size() == 1 ? first_error : "no overload of " + wanted.name + " takes these arguments:" + first_error);
     const OperatorHandle op = *chosen;
     std::vector<std::shared_ptr<modes::DispatchMode>> pushed;
+    // The fake mode goes first, under any --mode: those see the call and pass it down.
+    std::shared_ptr<modes::FakeTensorMode> fake;
+    if (parser.isSet("fake")) {
+      STRATA_CHECK(!parser.isSet("vmap"), Value, "--fake and --vmap do not combine yet: run one or the other");
+      fake = std::make_shared<modes::FakeTensorMode>();
+      pushed.push_back(fake);
+    }
     for (const QString& name : parser.values("mode")) pushed.push_back(modes::make_mode(name.toStdString()));
     std::vector<std::unique_ptr<modes::AutocastGuard>> autocast_guards;
     for (const AutocastSpec& a : autocast) {
@@ -475,7 +487,17 @@ int runCallCommand(const QStringList& args) {
     }
     while (!guards.empty()) guards.pop_back();  // innermost first
     while (!autocast_guards.empty()) autocast_guards.pop_back();  // innermost first
-    for (const IValue& v : stack) out << q(v.isTensor() ? v.toTensor().str() : v.repr()) << "\n";
+    for (const IValue& v : stack) {
+      if (v.isTensor() && modes::is_fake(v.toTensor())) {
+        const Tensor& t = v.toTensor();
+        std::string line = "FakeTensor(shape=" + sym::shapeStr(t.sizes()) + ", dtype=" + toString(t.dtype()) +
+                           ", device=" + t.device().str() + ")";
+        if (const std::string ranges = sym::rangesStr(t.sizes()); !ranges.empty()) line += "  where " + ranges;
+        out << q(line) << "\n";
+        continue;
+      }
+      out << q(v.isTensor() ? v.toTensor().str() : v.repr()) << "\n";
+    }
     for (size_t i = 0; i < pushed.size(); ++i) {
       const auto* trace = dynamic_cast<const modes::TraceMode*>(pushed[i].get());
       if (trace == nullptr) {

@@ -7,6 +7,7 @@
 
 #include <strata/dispatcher.h>
 #include <strata/modes/autocast.h>
+#include <strata/modes/fake.h>
 #include <strata/modes/vmap.h>
 #include <strata/ops.h>
 #include <strata/tensor.h>
@@ -99,16 +100,18 @@ void myadd_out_cpu(const Tensor& a, const Tensor& b, Tensor& out) {
   for (int64_t i = 0; i < out.numel(); ++i) po[i] = pa[i] + pb[i];
 }
 
-// Meta kernels: shapes and dtypes only (torch.library.register_fake).
+// Fake implementations (torch.library.register_fake): shapes, dtypes and devices only,
+// made with core:: ops so that FakeTensorMode makes fake tensors and meta tensors
+// give meta ones.
 template <bool kLowPrecision>
 Tensor mymuladd_meta(const Tensor& a, const Tensor& b, double) {
   checkPair<kLowPrecision>(a, b, "mymuladd");
-  return strata::ops::empty(shape(a), a.dtype(), strata::Device(strata::DeviceType::Meta));
+  return strata::ops::empty(shape(a), a.dtype(), a.device());
 }
 template <bool kLowPrecision>
 Tensor mymul_meta(const Tensor& a, const Tensor& b) {
   checkPair<kLowPrecision>(a, b, "mymul");
-  return strata::ops::empty(shape(a), a.dtype(), strata::Device(strata::DeviceType::Meta));
+  return strata::ops::empty(shape(a), a.dtype(), a.device());
 }
 void myadd_out_meta(const Tensor& a, const Tensor& b, Tensor& out) { checkOut(a, b, out); }
 
@@ -175,10 +178,10 @@ void registerMulAdd(strata::BundleRegistrar& r, bool with_mysub) {
   cpu.impl("myadd_out", &myadd_out_cpu);
   if (with_mysub) cpu.impl("mysub", &mysub_cpu);
 
-  auto& meta = r.library(strata::Library::IMPL, "extension_cpp", strata::DispatchKey::Meta);
-  meta.impl("mymuladd", low ? &mymuladd_meta<true> : &mymuladd_meta<false>);
-  meta.impl("mymul", low ? &mymul_meta<true> : &mymul_meta<false>);
-  meta.impl("myadd_out", &myadd_out_meta);
+  // They serve meta tensors too (`strata dump` shows them as kind "fake" at Meta).
+  strata::modes::register_fake("extension_cpp::mymuladd", low ? &mymuladd_meta<true> : &mymuladd_meta<false>, m);
+  strata::modes::register_fake("extension_cpp::mymul", low ? &mymul_meta<true> : &mymul_meta<false>, m);
+  strata::modes::register_fake("extension_cpp::myadd_out", &myadd_out_meta, m);
 
 #ifdef MULADD_WITH_CUDA
   auto& cuda = r.library(strata::Library::IMPL, "extension_cpp", strata::DispatchKey::CUDA);

@@ -469,6 +469,30 @@ TEST(CallAutocast, ExplainShowsTheCastsAndTheVersionsDiffer) {
 
 // vmap through the CLI: muladd 1.1.0 brings a batching rule for mymuladd, 1.0.0 does
 // not (the for-loop fallback runs, and says so).
+// --fake: a dry run under FakeTensorMode; --explain shows that only the fake impl ran.
+TEST(CallFake, PrintsShapesDtypesAndDevicesAndRunsNoKernel) {
+  char tmpl[] = "/tmp/strata-fake-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string opts = " --plugins " STRATA_PLUGIN_BUILD_DIR " --db " + dir + "/s.db";
+  Result r = run("call extension_cpp::mymuladd 'ones(2,3)' 'ones(2,3)' 1.0 --fake" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("FakeTensor(shape=[2, 3], dtype=float32, device=cpu)\n"));
+  r = run("call extension_cpp::mymuladd 'ones(2,3)' 'ones(2,3)' 1.0 --fake --explain" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("-> Meta: kernel [fake, owner muladd@1.1.0"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("-> CPU:")));
+  // A core op; and an op whose fake impl refuses its inputs says why.
+  r = run("call core::matmul 'ones(4,3):f64' 'ones(3,5):f64' --fake" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("FakeTensor(shape=[4, 5], dtype=float64, device=cpu)"));
+  r = run("call core::matmul 'ones(4,3)' 'ones(4,5)' --fake" + opts);
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("shapes cannot be multiplied"));
+  // dump shows the fake impl.
+  r = run("dump extension_cpp::mymuladd" + opts);
+  EXPECT_THAT(r.out, HasSubstr("fake"));
+}
+
 TEST(CallVmap, ExplainNamesTheRuleOrTheFallback) {
   char tmpl[] = "/tmp/strata-vmap-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
