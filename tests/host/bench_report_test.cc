@@ -123,6 +123,27 @@ TEST(BenchReport, TheAutocastGoalsAndThroughput) {
   EXPECT_EQ(peerResults(*peer).count("autocast/matmul_4x4"), 1u);
 }
 
+TEST(BenchReport, TheFakeAndCustomOpGoals) {
+  QJsonArray b{entry("fake/muladd", 700), entry("fake/core_add", 4000), entry("fake/core_matmul", 850),
+               entry("custom_op/call_muladd", 6.4), entry("custom_op/library_muladd", 6.0)};
+  QString error;
+  const auto run = parseBenchmarkJson(doc(b), &error);
+  ASSERT_TRUE(run.has_value()) << error.toStdString();
+  const auto python =
+      parsePythonAnchors("python_fake_mode_muladd_ns 144000\npython_fake_mode_aten_add_ns 154000\n", &error);
+  ASSERT_TRUE(python.has_value());
+  std::map<std::string, bool> met;
+  for (const BenchGoal& g : checkGoals(*run, nullptr, &*python)) met[g.goal.left(g.goal.indexOf(' ')).toStdString()] = g.met;
+  EXPECT_TRUE(met.at("fake/muladd"));       // 700 ns <= 144 us / 50
+  EXPECT_FALSE(met.at("fake/core_add"));    // 4 us > 154 us / 50: a goal that can be missed
+  EXPECT_TRUE(met.at("fake/core_matmul"));  // held to add's anchor
+  EXPECT_TRUE(met.at("custom_op/call_muladd"));
+  QJsonArray slow{entry("custom_op/call_muladd", 9.0), entry("custom_op/library_muladd", 6.0)};
+  for (const BenchGoal& g : checkGoals(*parseBenchmarkJson(doc(slow), &error), nullptr)) {
+    if (g.goal.startsWith("custom_op/")) EXPECT_FALSE(g.met);
+  }
+}
+
 TEST(BenchReport, TheVmapGoalsAndThePythonAnchors) {
   QJsonArray b;
   for (int n : {1, 2, 4, 8, 16, 32, 64}) {
@@ -139,7 +160,9 @@ TEST(BenchReport, TheVmapGoalsAndThePythonAnchors) {
   ASSERT_TRUE(python.has_value());
   EXPECT_EQ(python->size(), 3u);
   EXPECT_EQ(anchorScenario("python_vmap_muladd_rule_B64_ns"), "vmap/muladd_rule/64");
-  EXPECT_EQ(anchorScenario("python_fake_mode_muladd_ns"), "");
+  EXPECT_EQ(anchorScenario("python_fake_mode_muladd_ns"), "fake/muladd");
+  EXPECT_EQ(anchorScenario("python_fake_mode_aten_add_ns"), "fake/core_add");
+  EXPECT_EQ(anchorScenario("python_autograd_muladd_fb_ns"), "");
   BenchGoal over;
   for (const BenchGoal& g : checkGoals(*run, nullptr, &*python)) {
     if (g.goal.contains("at most 150 ns")) over = g;
