@@ -13,7 +13,7 @@ namespace {
 // What a fake tensor's TensorWrapper holds.
 class FakeInfo final : public TensorWrapper {
  public:
-  FakeInfo(Storage meta, std::weak_ptr<FakeTensorMode> mode, const FakeTensorMode* owner, Device device)
+  FakeInfo(Storage meta, std::weak_ptr<FakeTensorMode> mode, uint64_t owner, Device device)
       : meta_storage(std::move(meta)), mode(std::move(mode)), owner(owner), device(device) {}
   std::string what() const override;
   std::string str() const override {
@@ -21,7 +21,7 @@ class FakeInfo final : public TensorWrapper {
   }
   Storage meta_storage;  // what a Meta kernel sees for this tensor's storage
   std::weak_ptr<FakeTensorMode> mode;
-  const FakeTensorMode* owner;  // identity only, for "another mode's fake tensor"
+  uint64_t owner;  // the mode's id, for "another mode's fake tensor"
   Device device;
 };
 
@@ -40,7 +40,7 @@ FakeInfo* infoOf(const Tensor& t) {
   return dynamic_cast<FakeInfo*>(t.wrapper());
 }
 
-Tensor makeFake(const std::shared_ptr<FakeTensorMode>& mode, const FakeTensorMode* owner, Storage fake_storage,
+Tensor makeFake(const std::shared_ptr<FakeTensorMode>& mode, uint64_t owner, Storage fake_storage,
                 Storage meta_storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides, int64_t offset,
                 bool requires_grad) {
   const Device device = fake_storage->device();
@@ -116,7 +116,11 @@ struct FakeTensorMode::Memo {
   std::unordered_map<const StorageImpl*, std::pair<Storage, Storage>> storages;
 };
 
-FakeTensorMode::FakeTensorMode() : memo_(std::make_unique<Memo>()) { initialize(); }
+namespace {
+std::atomic<uint64_t> g_next_mode_id{1};
+}  // namespace
+
+FakeTensorMode::FakeTensorMode() : memo_(std::make_unique<Memo>()), id_(g_next_mode_id.fetch_add(1)) { initialize(); }
 FakeTensorMode::~FakeTensorMode() = default;
 
 std::string FakeTensorMode::summary() const {
@@ -126,7 +130,7 @@ std::string FakeTensorMode::summary() const {
 Tensor FakeTensorMode::from_tensor(const Tensor& t) {
   if (!t.defined()) return t;
   if (FakeInfo* info = infoOf(t)) {
-    STRATA_CHECK(info->owner == this, Value, "a fake tensor of another FakeTensorMode was given to this one: fake "
+    STRATA_CHECK(info->owner == id_, Value, "a fake tensor of another FakeTensorMode was given to this one: fake "
                  "tensors of two modes do not mix (make them with one mode's from_tensor)");
     return t;
   }
@@ -138,7 +142,7 @@ Tensor FakeTensorMode::from_tensor(const Tensor& t) {
     storages.first = fakeStorage(t.storage()->nbytes(), t.device());
     storages.second = allocateStorage(t.storage()->nbytes(), kMeta);
   }
-  Tensor fake = makeFake(shared_from_this(), this, storages.first, storages.second, t.dtype(), t.sizes(), t.strides(),
+  Tensor fake = makeFake(shared_from_this(), id_, storages.first, storages.second, t.dtype(), t.sizes(), t.strides(),
                          t.storage_offset(), t.requires_grad());
   made_.fetch_add(1, std::memory_order_relaxed);
   memo_->tensors.emplace(t.unsafeGetTensorImpl(), std::make_pair(t, fake));
@@ -148,7 +152,7 @@ Tensor FakeTensorMode::from_tensor(const Tensor& t) {
 Tensor FakeTensorMode::empty(IntArrayRef sizes, ScalarType dtype, Device device) {
   const Tensor meta = strata::empty(sizes, TensorOptions(dtype).with_device(kMeta));
   made_.fetch_add(1, std::memory_order_relaxed);
-  return makeFake(shared_from_this(), this, fakeStorage(meta.storage()->nbytes(), device), meta.storage(), dtype,
+  return makeFake(shared_from_this(), id_, fakeStorage(meta.storage()->nbytes(), device), meta.storage(), dtype,
                   meta.sizes(), meta.strides(), 0, false);
 }
 
@@ -245,7 +249,7 @@ Stack FakeTensorMode::dispatch(const OperatorHandle& op, const TensorTypes& /*ty
   for (IValue& v : args) {
     forEachTensor(v, [&](Tensor& t) {
       if (FakeInfo* info = infoOf(t)) {
-        STRATA_CHECK(info->owner == this, Value, op.name(), ": result ", index, " is a fake tensor of another "
+        STRATA_CHECK(info->owner == id_, Value, op.name(), ": result ", index, " is a fake tensor of another "
                      "FakeTensorMode");
         return;
       }
@@ -269,7 +273,7 @@ Stack FakeTensorMode::dispatch(const OperatorHandle& op, const TensorTypes& /*ty
       }
       if (!fake_storage) fake_storage = fakeStorage(t.storage()->nbytes(), out_device);
       made_.fetch_add(1, std::memory_order_relaxed);
-      t = makeFake(self, this, std::move(fake_storage), t.storage(), t.dtype(), t.sizes(), t.strides(),
+      t = makeFake(self, id_, std::move(fake_storage), t.storage(), t.dtype(), t.sizes(), t.strides(),
                    t.storage_offset(), t.requires_grad());
     });
     ++index;
@@ -284,12 +288,12 @@ namespace {
 
 void fakeFallback(const OperatorHandle& op, DispatchKeySet /*ks*/, Stack& stack) {
   std::shared_ptr<FakeTensorMode> mode;
-  const FakeTensorMode* owner = nullptr;
+  uint64_t owner = 0;
   for (IValue& v : stack) {
     forEachTensor(v, [&](Tensor& t) {
       FakeInfo* info = infoOf(t);
       if (info == nullptr) return;
-      if (owner == nullptr) {
+      if (owner == 0) {
         owner = info->owner;
         mode = info->mode.lock();
         STRATA_CHECK(mode != nullptr, Value, op.name(), " was called on a fake tensor whose FakeTensorMode is gone: "

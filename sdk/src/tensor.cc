@@ -1,6 +1,7 @@
 #include "strata/tensor.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <sstream>
 
@@ -328,7 +329,12 @@ Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) cons
   if (__builtin_expect(n < 0, 0)) {  // Note [Symbolic sizes]: bounds the range decides
     STRATA_CHECK(start >= 0 && end >= start, Value, "slice(", start, ", ", end, ") of the symbolic dim ", sym::str(n),
                  " needs 0 <= start <= end");
-    if (!sym::le(end, n, "slice()'s end bound")) end = n;
+    // An end past every value the range allows (x[k:]) is the end; else ask the range.
+    const sym::Range nr = sym::range(n);
+    if ((nr.max != sym::kInf && end >= nr.max) || end == std::numeric_limits<int64_t>::max() ||
+        !sym::le(end, n, "slice()'s end bound")) {
+      end = n;
+    }
     STRATA_CHECK(sym::le(start, end, "slice()'s start bound"), Value, "slice start ", start, " is past the end");
     if (__builtin_expect(wrapper() != nullptr, 0)) {
       if (step != 1) throwWrapper("slice() with a step");
@@ -350,8 +356,9 @@ Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) cons
   std::vector<int64_t> sizes(this->sizes().begin(), this->sizes().end());
   std::vector<int64_t> strides(this->strides().begin(), this->strides().end());
   sizes[d] = (end - start + step - 1) / step;
-  strides[d] *= step;
-  const int64_t offset = sizes[d] == 0 ? storage_offset() : storage_offset() + start * this->strides()[d];
+  // A symbolic stride or offset (Note [Symbolic sizes]) takes the symbolic arithmetic.
+  strides[d] = sym::mul(strides[d], step);
+  const int64_t offset = sizes[d] == 0 ? storage_offset() : sym::add(storage_offset(), sym::mul(start, this->strides()[d]));
   return as_strided(sizes, strides, offset);
 }
 
@@ -377,7 +384,7 @@ Tensor Tensor::select(int64_t dim, int64_t index) const {
   std::vector<int64_t> strides(this->strides().begin(), this->strides().end());
   sizes.erase(sizes.begin() + d);
   strides.erase(strides.begin() + d);
-  return as_strided(sizes, strides, storage_offset() + index * this->strides()[d]);
+  return as_strided(sizes, strides, sym::add(storage_offset(), sym::mul(index, this->strides()[d])));
 }
 
 Tensor Tensor::unsqueeze(int64_t dim) const {

@@ -65,7 +65,7 @@ std::string Tensor::str() const {
   if (requires_grad()) suffix += ", requires_grad=True";
   if (is_meta()) {
     os << "tensor(..., size=(";
-    for (int64_t d = 0; d < dim(); ++d) os << (d ? ", " : "") << sizes()[d];
+    for (int64_t d = 0; d < dim(); ++d) os << (d ? ", " : "") << sym::str(sizes()[d]);
     os << (dim() == 1 ? ",)" : ")") << suffix << ")";
     return os.str();
   }

@@ -327,6 +327,12 @@ TEST_F(SymbolicSizes, FlowThroughElementwiseOpsReductionsMatmulAndViews) {
   EXPECT_EQ(ops::reshape(y, {-1}).sym_size(0).str(), "3*u0");
   EXPECT_EQ(ops::transpose(y, 0, 1).sym_size(1), u0);
   EXPECT_EQ(ops::reshape(ops::reshape(y, {-1}), {-1, 3}).sym_size(0), u0);
+  // cat adds symbolic sizes; select on a dim with a symbolic stride keeps the offset symbolic.
+  EXPECT_EQ(ops::cat({y, y}, 0).sym_size(0).str(), "2*u0");
+  EXPECT_EQ(ops::cat({y, ops::ones({2, 3})}, 0).sym_size(0).str(), "u0 + 2");
+  const Tensor yt = ops::contiguous(ops::transpose(y, 0, 1));  // [3, u0], strides [u0, 1]
+  EXPECT_EQ(ops::select(yt, 0, 2).sym_size(0), u0);
+  EXPECT_EQ(ops::select(yt, 0, 2).storage_offset(), (u0 * 2));
   // SymInt arithmetic keeps the symbol: 2*u0 == u0 + u0.
   EXPECT_EQ(u0 * 2, u0 + u0);
   EXPECT_EQ((u0 * 2).str(), "2*u0");

@@ -133,10 +133,17 @@ template <typename T>
 inline constexpr bool kIsDeviceParam =
     std::is_same_v<std::remove_cvref_t<T>, Device> || std::is_same_v<std::remove_cvref_t<T>, std::optional<Device>>;
 
+template <typename T>
+inline constexpr bool kIsTensorLikeParam =
+    std::is_same_v<std::remove_cvref_t<T>, Tensor> || std::is_same_v<std::remove_cvref_t<T>, std::optional<Tensor>> ||
+    std::is_same_v<std::remove_cvref_t<T>, std::vector<Tensor>> || std::is_same_v<std::remove_cvref_t<T>, ArrayRef<Tensor>> ||
+    std::is_same_v<std::remove_cvref_t<T>, std::vector<std::optional<Tensor>>>;
+
 template <typename... Args>
 DispatchKeySet argumentKeys(const Args&... args) {
   DispatchKeySet ks = (DispatchKeySet() | ... | keysOf(args));
-  if constexpr ((kIsDeviceParam<Args> || ...)) {
+  // As the boxed path: only a signature with no tensor-like parameter at all.
+  if constexpr ((kIsDeviceParam<Args> || ...) && !(kIsTensorLikeParam<Args> || ...)) {
     if (ks.empty()) ks = (DispatchKeySet() | ... | deviceKeysOf(args));
   }
   return ks;

@@ -478,11 +478,12 @@ Tensor cat_kernel(const std::vector<Tensor>& ts, int64_t dim) {
     STRATA_CHECK(t.dim() == nd, Value, "core::cat: tensors must have same number of dimensions: got ", nd, " and ",
                  t.dim(), " (tensor number ", i, ")");
     for (int64_t j = 0; j < nd; ++j) {
-      STRATA_CHECK(j == d || t.sizes()[j] == first.sizes()[j], Value,
+      const int64_t want = first.sizes()[j], got = t.sizes()[j];
+      STRATA_CHECK(j == d || want == got || ((want < 0 || got < 0) && sym::eq(want, got, "core::cat's sizes")), Value,
                    "core::cat: sizes of tensors must match except in dimension ", d, ". Expected size ",
-                   first.sizes()[j], " but got size ", t.sizes()[j], " for tensor number ", i, " in the list.");
+                   sym::str(want), " but got size ", sym::str(got), " for tensor number ", i, " in the list.");
     }
-    total += t.sizes()[d];
+    total = sym::add(total, t.sizes()[d]);  // Note [Symbolic sizes]: u0 + u1
     dt = ops::promoteTypes(dt, t.dtype());
   }
   std::vector<int64_t> shape(first.sizes().begin(), first.sizes().end());

@@ -95,6 +95,7 @@ class STRATA_MODES_API FakeTensorMode : public DispatchMode, public std::enable_
   struct Memo;
   std::unique_ptr<Memo> memo_;
   std::atomic<size_t> next_symbol_{0};
+  const uint64_t id_;  // unique in the process: a fake tensor names its mode by it
   std::atomic<size_t> made_{0};
 };
 
