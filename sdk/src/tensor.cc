@@ -104,7 +104,11 @@ std::vector<int64_t> contiguousStrides(IntArrayRef sizes) {
   for (size_t i = sizes.size(); i > 0; --i) {
     strides[i - 1] = acc;
     const int64_t s = sizes[i - 1];
-    acc = s < 0 && sym::isSymbolic(s) ? sym::mul(acc, s) : acc * std::max<int64_t>(s, 1);
+    if (__builtin_expect(s < 0 || acc < 0, 0)) {  // Note [Symbolic sizes]
+      acc = sym::mul(acc, sym::isSymbolic(s) ? s : std::max<int64_t>(s, 1));
+    } else {
+      acc *= std::max<int64_t>(s, 1);
+    }
   }
   return strides;
 }
