@@ -224,9 +224,10 @@ Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<
 }
 
 namespace {
-// inferSize with symbolic sizes (Note [Symbolic sizes]): the -1 may be inferred when the
-// known sizes' product is concrete and divides every coefficient, or equals numel.
-std::vector<int64_t> inferSizeSymbolic(IntArrayRef sizes, int64_t numel) {
+// The shape with its -1 inferred from numel. With symbolic sizes (Note [Symbolic
+// sizes]) the -1 is inferred when the known sizes divide numel term by term; what
+// the ranges cannot decide is a data-dependent error.
+std::vector<int64_t> inferSize(IntArrayRef sizes, int64_t numel) {
   std::vector<int64_t> out(sizes.begin(), sizes.end());
   std::optional<size_t> infer;
   int64_t known = 1;
@@ -240,48 +241,20 @@ std::vector<int64_t> inferSizeSymbolic(IntArrayRef sizes, int64_t numel) {
       known = sym::mul(known, out[i]);
     }
   }
-  const std::string what = "the view/reshape of a tensor of " + sym::str(numel) + " elements to " +
-                           detail::shapeStr(sizes);
+  const bool symbolic = sym::isSymbolic(known) || sym::isSymbolic(numel);
+  auto what = [&] { return "the view/reshape of a tensor of " + sym::str(numel) + " elements to " + detail::shapeStr(sizes); };
   if (!infer) {
-    STRATA_CHECK(sym::eq(known, numel, what), Value, "shape ", detail::shapeStr(sizes),
-                 " is invalid for input of size ", sym::str(numel));
-    return out;
-  }
-  if (sym::tryEq(known, numel).value_or(false)) {
-    out[*infer] = 1;
+    STRATA_CHECK(known == numel || (symbolic && sym::eq(known, numel, what())), Value, "shape ",
+                 detail::shapeStr(sizes), " is invalid for input of size ", sym::str(numel));
     return out;
   }
   if (auto x = sym::divExact(numel, known)) {
     out[*infer] = *x;
     return out;
   }
-  STRATA_FAIL(Value, "data-dependent: cannot infer the -1 in ", detail::shapeStr(sizes), " for ", what,
-              " (", sym::rangesStr(sizes), "); give every size explicitly");
-}
-
-std::vector<int64_t> inferSize(IntArrayRef sizes, int64_t numel) {
-  if (__builtin_expect(numel < 0, 0) || sym::anySymbolic(sizes)) return inferSizeSymbolic(sizes, numel);
-  std::vector<int64_t> out(sizes.begin(), sizes.end());
-  std::optional<size_t> infer;
-  int64_t known = 1;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == -1) {
-      STRATA_CHECK(!infer, Value, "only one dimension can be inferred in ", detail::shapeStr(sizes));
-      infer = i;
-    } else {
-      STRATA_CHECK(out[i] >= 0, Value, "invalid shape dimension ", out[i], " in ", detail::shapeStr(sizes));
-      known *= out[i];
-    }
-  }
-  if (infer) {
-    STRATA_CHECK(known != 0 && numel % known == 0, Value, "shape ", detail::shapeStr(sizes),
-                 " is invalid for input of size ", numel);
-    out[*infer] = numel / known;
-  } else {
-    STRATA_CHECK(known == numel, Value, "shape ", detail::shapeStr(sizes),
-                 " is invalid for input of size ", numel);
-  }
-  return out;
+  STRATA_CHECK(symbolic, Value, "shape ", detail::shapeStr(sizes), " is invalid for input of size ", numel);
+  STRATA_FAIL(Value, "data-dependent: cannot infer the -1 in ", detail::shapeStr(sizes), " for ", what(), " (",
+              sym::rangesStr(sizes), "); give every size explicitly");
 }
 }  // namespace
 

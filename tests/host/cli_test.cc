@@ -490,7 +490,11 @@ TEST(CallFake, PrintsShapesDtypesAndDevicesAndRunsNoKernel) {
   EXPECT_THAT(r.out, HasSubstr("shapes cannot be multiplied"));
   // dump shows the fake impl.
   r = run("dump extension_cpp::mymuladd" + opts);
-  EXPECT_THAT(r.out, HasSubstr("fake"));
+  EXPECT_THAT(r.out, HasSubstr("Meta                 kernel [fake, owner muladd@1.1.0"));
+  // A dry run does not combine with vmap (yet): said, not ignored.
+  r = run("call extension_cpp::mymuladd 'ones(2,3)' 'ones(2,3)' 1.0 --fake --vmap 0" + opts);
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("--fake and --vmap do not combine"));
 }
 
 TEST(CallVmap, ExplainNamesTheRuleOrTheFallback) {

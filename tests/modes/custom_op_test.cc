@@ -130,6 +130,8 @@ TEST(CustomOp, ErrorsNameTheOpAndTheReason) {
   EXPECT_THAT(errorOf([&] { custom_op("cop_err::f", id, {"x"}, {}, {"tpu"}); }),
               AllOf(HasSubstr("custom_op(cop_err::f)"), HasSubstr("unknown device type 'tpu'")));
   EXPECT_THAT(errorOf([&] { custom_op("noseparator", id, {"x"}, {}); }), HasSubstr("noseparator"));
+  EXPECT_THAT(errorOf([&] { custom_op("cop_err::f", id, {}, {}, {}, "Tensor x -> Tensor"); }),
+              AllOf(HasSubstr("cop_err::f"), HasSubstr("invalid schema")));
   auto first = custom_op("cop_err::twice", id, {"x"}, {});
   EXPECT_THAT(errorOf([&] { custom_op("cop_err::twice", id, {"x"}, {}); }),
               HasSubstr("cop_err::twice"));
