@@ -521,7 +521,8 @@ void PluginHost::recordRegistrations(const Loaded& l) {
     switch (r.what) {
       case RegistrationInfo::What::Def: {
         auto h = d.findSchema(parseOperatorName(r.op));
-        ops.push_back({r.op, h ? h->schema().str() : "", owner});
+        ops.push_back({r.op, h ? h->schema().str() : "", owner, h ? h->tags().str() : "",
+                       h ? toString(h->aliasAnalysis()) : "FROM_SCHEMA"});
         regs.push_back({r.op, "def", r.kind, owner, r.debug});
         break;
       }

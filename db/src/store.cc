@@ -15,7 +15,8 @@ namespace strata::db {
 // an old binary cannot damage a new store. Migrations only add: tables, columns,
 // triggers. Version 1 is the registry (bundles, operators, registrations, kernel
 // state, pins, audit); version 2 adds running hosts, the change feed hosts poll,
-// and bundle admin state.
+// and bundle admin state; version 3 adds each operator's tags and alias analysis
+// kind (a row a version-2 binary wrote reads as no tags, FROM_SCHEMA).
 
 namespace {
 
@@ -97,6 +98,11 @@ CREATE TABLE bundle_admin (
   actor TEXT NOT NULL,
   time TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
 );
+)sql",
+    // 3
+    R"sql(
+ALTER TABLE operators ADD COLUMN tags TEXT NOT NULL DEFAULT '';
+ALTER TABLE operators ADD COLUMN alias_analysis TEXT NOT NULL DEFAULT 'FROM_SCHEMA';
 )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
@@ -304,10 +310,12 @@ void Store::replaceRegistrations(const std::string& owner, const std::vector<Ope
     prepare("DELETE FROM registrations WHERE owner = ?").bind(owner).run();
     prepare("DELETE FROM operators WHERE owner = ?").bind(owner).run();
     for (const auto& o : ops) {
-      prepare("INSERT OR REPLACE INTO operators (name, schema, owner) VALUES (?, ?, ?)")
+      prepare("INSERT OR REPLACE INTO operators (name, schema, owner, tags, alias_analysis) VALUES (?, ?, ?, ?, ?)")
           .bind(o.name)
           .bind(o.schema)
           .bind(o.owner)
+          .bind(o.tags)
+          .bind(o.alias_analysis.empty() ? std::string("FROM_SCHEMA") : o.alias_analysis)
           .run();
     }
     for (const auto& r : regs) {
@@ -325,9 +333,9 @@ void Store::replaceRegistrations(const std::string& owner, const std::vector<Ope
 void Store::clearRegistrations(const std::string& owner) { replaceRegistrations(owner, {}, {}); }
 
 std::vector<OperatorRow> Store::operators() {
-  Stmt s = prepare("SELECT name, schema, owner FROM operators ORDER BY name");
+  Stmt s = prepare("SELECT name, schema, owner, tags, alias_analysis FROM operators ORDER BY name");
   std::vector<OperatorRow> out;
-  while (s.step()) out.push_back({s.text(0), s.text(1), s.text(2)});
+  while (s.step()) out.push_back({s.text(0), s.text(1), s.text(2), s.text(3), s.text(4)});
   return out;
 }
 

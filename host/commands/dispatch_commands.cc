@@ -48,7 +48,13 @@ QJsonObject opJson(const OperatorName& name, bool with_table) {
   Dispatcher& d = Dispatcher::singleton();
   QJsonObject o{{"name", q(name.str())}};
   auto h = d.findOp(name);
-  if (h && h->hasSchema()) o["schema"] = q(h->schema().str());
+  if (h && h->hasSchema()) {
+    o["schema"] = q(h->schema().str());
+    QJsonArray tags;
+    for (Tag t : h->tags().tags()) tags.append(QString::fromLatin1(toString(t)));
+    o["tags"] = tags;
+    o["alias_analysis"] = QString::fromLatin1(toString(h->aliasAnalysis()));
+  }
   QJsonArray regs;
   for (const auto& r : d.registrations(name)) regs.append(toJson(r));
   o["registrations"] = regs;

@@ -41,7 +41,8 @@ std::vector<DispatchKey> customOpKeys(std::string_view name, const std::vector<s
 
 std::unique_ptr<Library> defineCustomOp(std::string_view name, const FunctionSchema& inferred,
                                         const std::vector<std::string>& arg_names, const MutatesArgs& mutates_args,
-                                        std::string_view schema_text, std::source_location where) {
+                                        std::string_view schema_text, const std::vector<Tag>& tags,
+                                        std::source_location where) {
   const std::string call = "custom_op(" + std::string(name) + ")";
   const OperatorName op = parseOperatorName(name);
   const size_t sep = op.name.find("::");
@@ -102,7 +103,7 @@ std::unique_ptr<Library> defineCustomOp(std::string_view name, const FunctionSch
     schema = FunctionSchema(op.name, op.overload_name, std::move(named), inferred.returns());
   }
   auto lib = std::make_unique<Library>(Library::FRAGMENT, ns, std::nullopt, where);
-  lib->def(schema.str(), where);
+  lib->def(schema.str(), tags, where);
   return lib;
 }
 

@@ -185,6 +185,16 @@ Stack FakeTensorMode::dispatch(const OperatorHandle& op, const TensorTypes& /*ty
   How how;
   if (slot.kernel != nullptr && slot.kernel->isFakeImpl()) {
     how = How::FakeImpl;
+  } else if (source != "composite implicit kernel" && (op.hasTag(Tag::data_dependent_output) ||
+                                                       op.hasTag(Tag::dynamic_output_shape))) {
+    // PyTorch's DataDependentOutputException and DynamicOutputShapeException: a Meta
+    // kernel cannot know what the tag says depends on data; only a fake impl, with
+    // get_ctx().new_dynamic_size(), can describe it.
+    const bool values = op.hasTag(Tag::data_dependent_output);
+    STRATA_FAIL(NotImplemented, op.name(), " is tagged ", values ? "data_dependent_output" : "dynamic_output_shape",
+                ": its output's ", values ? "values" : "shape", " depend on its inputs' data, which fake tensors do "
+                "not have, so FakeTensorMode does not run its Meta kernel. Register a fake impl that describes the "
+                "output with get_ctx().new_dynamic_size(): strata::modes::register_fake(\"", op.name(), "\", fn)");
   } else if (slot.kernel != nullptr && source == "kernel") {
     how = How::MetaKernel;
   } else if (slot.kernel != nullptr && source == "composite implicit kernel") {

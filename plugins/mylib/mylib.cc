@@ -22,7 +22,7 @@ class MyLibBundle : public QObject, public strata::Bundle {
  public:
   void registerAll(strata::BundleRegistrar& r) override {
     auto& m = r.library(strata::Library::DEF, "mylib");
-    m.def("sin(Tensor x) -> Tensor");
+    m.def("sin(Tensor x) -> Tensor", {strata::Tag::pointwise});
     m.impl("sin", &sin_cpu, "cpu");
     m.def("f(Tensor x) -> Tensor");
     m.impl("f", &f_default, "default");

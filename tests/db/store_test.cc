@@ -56,13 +56,15 @@ TEST(Store, MigratesAVersion1FileKeepingItsRows) {
                            "PRAGMA user_version = 1;"
                            "INSERT INTO bundles (sha256, name, version, path, state) VALUES ('abc', 'old', '0.1.0', "
                            "'/p/old.so', 'loaded');"
-                           "INSERT INTO kernel_state (op, key, enabled, actor) VALUES ('a::b', 'CPU', 0, 'ann');",
+                           "INSERT INTO kernel_state (op, key, enabled, actor) VALUES ('a::b', 'CPU', 0, 'ann');"
+                           "INSERT INTO operators (name, schema, owner) VALUES ('a::b', 'a::b(Tensor x) -> Tensor', "
+                           "'old@0.1.0');",
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(raw);
   }
   Store s(d.file("old.db"));
-  EXPECT_EQ(s.schemaVersion(), 2);
+  EXPECT_EQ(s.schemaVersion(), Store::kSchemaVersion);
   const auto b = s.bundles();
   ASSERT_EQ(b.size(), 1u);
   EXPECT_EQ(b[0].name, "old");
@@ -71,6 +73,40 @@ TEST(Store, MigratesAVersion1FileKeepingItsRows) {
   EXPECT_FALSE(s.kernelStates()[0].enabled);
   s.registerHost("h", 1);  // version 2's tables exist
   EXPECT_EQ(s.hosts().size(), 1u);
+  const auto ops = s.operators();  // version 3's columns, with their defaults
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].schema, "a::b(Tensor x) -> Tensor");
+  EXPECT_EQ(ops[0].tags, "");
+  EXPECT_EQ(ops[0].alias_analysis, "FROM_SCHEMA");
+}
+
+TEST(Store, AVersion2FileGainsOperatorTagsAndKeepsItsRows) {
+  TempDir d;
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(d.file("v2.db").c_str(), &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw, Store::migrationSql(1), nullptr, nullptr, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw, Store::migrationSql(2), nullptr, nullptr, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw,
+                           "PRAGMA user_version = 2;"
+                           "INSERT INTO operators (name, schema, owner) VALUES ('m::f', 'm::f(Tensor x) -> Tensor', "
+                           "'m@1.0.0');",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  Store s(d.file("v2.db"));
+  EXPECT_EQ(s.schemaVersion(), 3);
+  ASSERT_EQ(s.operators().size(), 1u);
+  EXPECT_EQ(s.operators()[0].owner, "m@1.0.0");
+  s.replaceRegistrations("m@1.0.0",
+                         {{"m::f", "m::f(Tensor x) -> Tensor", "m@1.0.0", "pointwise, pt2_compliant_tag",
+                           "PURE_FUNCTION"}},
+                         {});
+  const auto ops = s.operators();
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].tags, "pointwise, pt2_compliant_tag");
+  EXPECT_EQ(ops[0].alias_analysis, "PURE_FUNCTION");
 }
 
 TEST(Store, RefusesANewerSchemaAndFilesThatAreNotDatabases) {
@@ -129,7 +165,7 @@ TEST(Store, StatePersistsAcrossReopening) {
     s.setKernelState("a::f", "CPU", false, "r", "ann");
     s.pin("b", "2.0.0", "ann");
     s.upsertBundle({"b", "2.0.0", "/p/b.so", "sha", "loaded", "", "desc", "", ""});
-    s.replaceRegistrations("b@2.0.0", {{"a::f", "a::f(Tensor x) -> Tensor", "b@2.0.0"}},
+    s.replaceRegistrations("b@2.0.0", {{"a::f", "a::f(Tensor x) -> Tensor", "b@2.0.0", "core", "CONSERVATIVE"}},
                            {{"a::f", "CPU", "unboxed", "b@2.0.0", "here"}});
   }
   Store s(d.file("p.db"));
@@ -141,6 +177,9 @@ TEST(Store, StatePersistsAcrossReopening) {
   EXPECT_EQ(s.bundles()[0].state, "loaded");
   EXPECT_NE(s.bundles()[0].last_loaded, "");
   EXPECT_EQ(s.registrations("a::f").size(), 1u);
+  ASSERT_EQ(s.operators().size(), 1u);
+  EXPECT_EQ(s.operators()[0].tags, "core");
+  EXPECT_EQ(s.operators()[0].alias_analysis, "CONSERVATIVE");
   s.clearRegistrations("b@2.0.0");
   EXPECT_TRUE(s.registrations().empty());
   EXPECT_TRUE(s.operators().empty());

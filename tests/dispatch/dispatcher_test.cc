@@ -565,6 +565,72 @@ TEST(Libraries, RegistrationsRecordOwnerAndDebugAndDieWithTheLibrary) {
   Library again(Library::DEF, "owned");  // the namespace is free again
 }
 
+// Tags and alias analysis: what a def says besides its schema.
+TEST(Tags, ADefKeepsItsTagsAndAliasAnalysisAndDumpShowsThem) {
+  Library lib(Library::DEF, "tagns");
+  lib.def("plain(Tensor x) -> Tensor");
+  lib.def("pw(Tensor x) -> Tensor", {Tag::pointwise, Tag::pt2_compliant_tag});
+  lib.def(schema("pure(Tensor x) -> Tensor", AliasAnalysisKind::PURE_FUNCTION), {Tag::needs_fixed_stride_order});
+  lib.def("inferred", [](const Tensor& x) { return x; });
+  lib.def("inferred_mut", [](Tensor& x) { return x; });
+  EXPECT_TRUE(op("tagns::plain").tags().empty());
+  EXPECT_EQ(op("tagns::plain").aliasAnalysis(), AliasAnalysisKind::FROM_SCHEMA);
+  EXPECT_TRUE(op("tagns::pw").hasTag(Tag::pointwise));
+  EXPECT_TRUE(op("tagns::pw").hasTag(Tag::pt2_compliant_tag));
+  EXPECT_FALSE(op("tagns::pw").hasTag(Tag::inplace_view));
+  EXPECT_EQ(op("tagns::pw").tags().str(), "pointwise, pt2_compliant_tag");
+  EXPECT_EQ(op("tagns::pure").aliasAnalysis(), AliasAnalysisKind::PURE_FUNCTION);
+  EXPECT_TRUE(op("tagns::pure").hasTag(Tag::needs_fixed_stride_order));
+  // An inferred schema cannot say what a result aliases: CONSERVATIVE, as PyTorch;
+  // one with a Tensor& parameter is annotated (a!), and the annotation rules.
+  EXPECT_EQ(op("tagns::inferred").aliasAnalysis(), AliasAnalysisKind::CONSERVATIVE);
+  EXPECT_EQ(op("tagns::inferred_mut").aliasAnalysis(), AliasAnalysisKind::FROM_SCHEMA);
+  const std::string d = dump("tagns::pw");
+  EXPECT_THAT(d, HasSubstr("\ntags: pointwise, pt2_compliant_tag\n"));
+  EXPECT_THAT(d, HasSubstr("\nalias analysis: FROM_SCHEMA\n"));
+  EXPECT_THAT(dump("tagns::plain"), HasSubstr("\ntags: (none)\n"));
+  EXPECT_THAT(dump("tagns::pure"), HasSubstr("\nalias analysis: PURE_FUNCTION\n"));
+  // The tags go with the def: a new def of the name after the old one is gone has its own.
+  lib.reset();
+  Library again(Library::FRAGMENT, "tagns");
+  again.def("pw(Tensor x) -> Tensor", {Tag::core});
+  EXPECT_EQ(op("tagns::pw").tags().str(), "core");
+}
+
+TEST(Tags, NamesParseAsPyTorchSpellsThemAndUnknownOnesAreErrors) {
+  EXPECT_EQ(parseTag("pt2_compliant_tag"), Tag::pt2_compliant_tag);
+  EXPECT_EQ(parseTag("torch.Tag.inplace_view"), Tag::inplace_view);
+  EXPECT_EQ(parseTag("at::Tag::data_dependent_output"), Tag::data_dependent_output);
+  EXPECT_EQ(parseTag("needs_fixed_stride_order"), Tag::needs_fixed_stride_order);
+  for (int i = 0; i < kNumTags; ++i) EXPECT_EQ(parseTag(toString(static_cast<Tag>(i))), static_cast<Tag>(i));
+  EXPECT_THAT(errorOf([] { parseTag("pt2_compliant"); }),
+              AllOf(HasSubstr("unknown operator tag 'pt2_compliant'"), HasSubstr("pt2_compliant_tag")));
+  EXPECT_EQ(parseAliasAnalysisKind(""), AliasAnalysisKind::FROM_SCHEMA);
+  EXPECT_EQ(parseAliasAnalysisKind("FROM_SCHEMA"), AliasAnalysisKind::FROM_SCHEMA);
+  EXPECT_EQ(parseAliasAnalysisKind("CONSERVATIVE"), AliasAnalysisKind::CONSERVATIVE);
+  EXPECT_EQ(parseAliasAnalysisKind("PURE_FUNCTION"), AliasAnalysisKind::PURE_FUNCTION);
+  EXPECT_THAT(errorOf([] { parseAliasAnalysisKind("pure"); }),
+              AllOf(HasSubstr("unknown alias analysis kind 'pure'"), HasSubstr("PURE_FUNCTION")));
+}
+
+TEST(Tags, AliasAnnotationsNeedFromSchemaAndARefusedDefLeavesNothing) {
+  Library lib(Library::DEF, "aliasns");
+  const size_t before = lib.numRegistrations();
+  const std::string e = errorOf([&] {
+    lib.def(schema("add_(Tensor(a!) self, Tensor other) -> Tensor(a!)", AliasAnalysisKind::CONSERVATIVE));
+  });
+  EXPECT_THAT(e, AllOf(HasSubstr("aliasns::add_"), HasSubstr("aliasing information in the schema"),
+                       HasSubstr("CONSERVATIVE"), HasSubstr("FROM_SCHEMA")));
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("aliasns::add_")).has_value());
+  EXPECT_EQ(lib.numRegistrations(), before);
+  EXPECT_THAT(errorOf([&] {
+    lib.def(schema("view(Tensor(a) self) -> Tensor(a)", AliasAnalysisKind::PURE_FUNCTION));
+  }), HasSubstr("PURE_FUNCTION"));
+  lib.def(schema("add_(Tensor(a!) self, Tensor other) -> Tensor(a!)", AliasAnalysisKind::FROM_SCHEMA));
+  lib.def(schema("pure(Tensor self) -> Tensor", AliasAnalysisKind::PURE_FUNCTION));
+  EXPECT_EQ(op("aliasns::pure").aliasAnalysis(), AliasAnalysisKind::PURE_FUNCTION);
+}
+
 TEST(Libraries, AnOperatorDisappearsWithItsLastDefAndImplAndStaleHandlesFailCleanly) {
   std::optional<Library> def(std::in_place, Library::DEF, "gone");
   def->def("f(Tensor x) -> Tensor");

@@ -164,12 +164,15 @@ TEST(CliOpsTest, ListsTheCoreOpsAndFilters) {
 TEST(CliDumpTest, PrintsTheTableAndRejectsUnknownOps) {
   const Result r = run("dump core::sin");
   EXPECT_EQ(r.status, 0);
-  EXPECT_THAT(r.out, HasSubstr("schema: core::sin(Tensor self) -> Tensor"));
+  EXPECT_THAT(r.out, HasSubstr("schema: core::sin(Tensor self) -> Tensor\ntags: core, pointwise\n"
+                               "alias analysis: FROM_SCHEMA\n"));
   EXPECT_THAT(r.out, HasSubstr("CPU                  kernel [unboxed, owner builtin"));
   EXPECT_THAT(r.out, HasSubstr("AutogradCPU          fallthrough"));
   const Result j = run("dump --json core::sin");
   EXPECT_EQ(j.status, 0);
   EXPECT_THAT(j.out, HasSubstr("\"source\": \"fallthrough\""));
+  EXPECT_THAT(j.out, HasSubstr("\"tags\": [\n        \"core\",\n        \"pointwise\"\n    ]"));
+  EXPECT_THAT(j.out, HasSubstr("\"alias_analysis\": \"FROM_SCHEMA\""));
   const Result bad = run("dump nope::nothing");
   EXPECT_EQ(bad.status, 1);
   EXPECT_THAT(bad.out, HasSubstr("error: no operator named nope::nothing"));

@@ -144,11 +144,18 @@ TEST(PluginHost, TheStoreRecordsEachBundlesRegistrations) {
   Env env;
   env.add(plugin("muladd_1_1_0"));
   env.add(plugin("flop_counter"));
+  env.add(plugin("mylib"));
   PluginHost host(env.dir, env.store.get());
   host.sync();
-  ASSERT_EQ(host.loaded().size(), 2u);
+  ASSERT_EQ(host.loaded().size(), 3u);
   std::map<std::string, std::string> ops;
-  for (const auto& o : env.store->operators()) ops[o.name] = o.owner + " " + o.schema;
+  std::map<std::string, std::string> tags;
+  for (const auto& o : env.store->operators()) {
+    ops[o.name] = o.owner + " " + o.schema;
+    tags[o.name] = o.tags + " / " + o.alias_analysis;
+  }
+  EXPECT_EQ(tags["mylib::sin"], "pointwise / FROM_SCHEMA");  // the def's tags, stored
+  EXPECT_EQ(tags["extension_cpp::mymuladd"], " / FROM_SCHEMA");
   EXPECT_EQ(ops["extension_cpp::mymuladd"], "muladd@1.1.0 extension_cpp::mymuladd(Tensor a, Tensor b, float c) -> Tensor");
   EXPECT_EQ(ops["extension_cpp::mysub"], "muladd@1.1.0 extension_cpp::mysub(Tensor a, Tensor b) -> Tensor");
   EXPECT_EQ(ops.count("core::add.Tensor"), 0u);  // builtin ops are not a bundle's

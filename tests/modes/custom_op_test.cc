@@ -63,6 +63,19 @@ TEST(CustomOp, TheSeedsNumpySinWithADefaultKernelAndACpuKernel) {
   EXPECT_THAT(errorOf([&] { sin_cpu(empty({3}, kMeta)); }), HasSubstr("no kernel for dispatch key Meta"));
 }
 
+TEST(CustomOp, TagsAreKeptOnTheOperator) {
+  auto f = custom_op("cop_tags::f", [](const Tensor& x) { return x.clone(); }, {"x"}, {}, {}, "",
+                     {Tag::pt2_compliant_tag, Tag::needs_fixed_stride_order});
+  EXPECT_TRUE(f.op().hasTag(Tag::pt2_compliant_tag));
+  EXPECT_TRUE(f.op().hasTag(Tag::needs_fixed_stride_order));
+  EXPECT_FALSE(f.op().hasTag(Tag::inplace_view));
+  EXPECT_EQ(f.op().aliasAnalysis(), AliasAnalysisKind::FROM_SCHEMA);
+  EXPECT_THAT(Dispatcher::singleton().dump(parseOperatorName("cop_tags::f")),
+              HasSubstr("tags: needs_fixed_stride_order, pt2_compliant_tag"));
+  auto g = custom_op("cop_tags::g", [](const Tensor& x) { return x.clone(); }, {"x"}, {});
+  EXPECT_TRUE(g.op().tags().empty());
+}
+
 TEST(CustomOp, TheSeedsNumpySinInplaceMutatesItsArgument) {
   auto sin_ = custom_op("cop_inplace::numpy_sin_inplace", [](Tensor& x) { x.copy_(sinOf(x)); }, {"x"}, {"x"}, {"cpu"});
   EXPECT_EQ(sin_.schema().str(), "cop_inplace::numpy_sin_inplace(Tensor(a!) x) -> ()");

@@ -151,6 +151,41 @@ TEST(FakeTensorMode, NoRealKernelEverRunsAndAnOpWithoutAFakeImplSaysHowToAddOne)
   EXPECT_THAT(errorOf([&] { call("fake_norun::with_meta", x); }), HasSubstr("its Meta kernel is disabled"));
 }
 
+// PyTorch's DataDependentOutputException / DynamicOutputShapeException: a Meta
+// kernel cannot describe what depends on data; a fake impl can.
+TEST(FakeTensorMode, OpsTaggedAsDependingOnDataNeedAFakeImplNotAMetaKernel) {
+  Library lib(Library::DEF, "fake_tagged");
+  lib.def("first_value(Tensor x) -> Tensor", {Tag::data_dependent_output});
+  lib.def("keep_positive(Tensor x) -> Tensor", {Tag::dynamic_output_shape});
+  lib.def("plain(Tensor x) -> Tensor");
+  auto meta = [](const Tensor& x) { return empty(x.sizes(), TensorOptions(x.dtype()).with_device(kMeta)); };
+  lib.impl("first_value", meta, "meta");
+  lib.impl("keep_positive", meta, "meta");
+  lib.impl("plain", meta, "meta");
+  auto call = [](const char* name, const Tensor& x) {
+    return Dispatcher::singleton().findSchemaOrThrow(name).typed<Tensor(const Tensor&)>().call(x);
+  };
+  // The Meta kernels still serve meta tensors: the tags speak of fake tensors only.
+  EXPECT_TRUE(call("fake_tagged::first_value", empty({3}, kMeta)).is_meta());
+  FakeScope fake;
+  const Tensor x = ops::ones({4});
+  EXPECT_TRUE(is_fake(call("fake_tagged::plain", x)));
+  EXPECT_THAT(errorOf([&] { call("fake_tagged::first_value", x); }),
+              AllOf(HasSubstr("fake_tagged::first_value is tagged data_dependent_output"),
+                    HasSubstr("values depend on its inputs' data"), HasSubstr("register_fake")));
+  EXPECT_THAT(errorOf([&] { call("fake_tagged::keep_positive", x); }),
+              AllOf(HasSubstr("fake_tagged::keep_positive is tagged dynamic_output_shape"),
+                    HasSubstr("new_dynamic_size")));
+  // With a fake impl (register_fake refuses an op with a Meta kernel, so a new op).
+  lib.def("keep_positive2(Tensor x) -> Tensor", {Tag::dynamic_output_shape});
+  modes::register_fake("fake_tagged::keep_positive2", [](const Tensor& x) {
+    return ops::empty({modes::get_ctx().new_dynamic_size(0, x.numel())}, x.scalar_type(), x.device());
+  }, lib);
+  const Tensor y = call("fake_tagged::keep_positive2", x);
+  ASSERT_TRUE(is_fake(y));
+  EXPECT_TRUE(y.sym_size(0).is_symbolic());
+}
+
 TEST(RegisterFake, TheSeedsCustomLinearGivesTwoByThree) {
   Library lib(Library::DEF, "fake_linear");
   lib.def("custom_linear(Tensor x, Tensor weight, Tensor bias) -> Tensor");

@@ -68,6 +68,7 @@
 #include "strata/kernel_function.h"
 #include "strata/local_dispatch_key_set.h"
 #include "strata/schema.h"
+#include "strata/tag.h"
 
 namespace strata {
 
@@ -180,6 +181,11 @@ class STRATA_API OperatorHandle {
   bool hasSchema() const;
   // Throws Error(NotImplemented) when the operator has kernels but no def() yet.
   const FunctionSchema& schema() const;
+  // The tags and alias analysis kind its def() gave (strata/tag.h); none and
+  // FROM_SCHEMA for an operator with no def.
+  TagSet tags() const;
+  bool hasTag(Tag tag) const { return tags().has(tag); }
+  AliasAnalysisKind aliasAnalysis() const;
 
   // Checks the arguments on the stack against the schema (filling defaults; see
   // Note [Boxed argument checks]), computes the key set and calls the kernel. On
@@ -429,7 +435,10 @@ class STRATA_API Dispatcher {
     std::string debug;
     bool allow_override = false;
   };
-  RegistrationHandleRAII registerDef(FunctionSchema schema, RegisterOptions options);
+  // Error(Schema) when the schema has alias annotations and alias_analysis is not
+  // FROM_SCHEMA (the annotations would be ignored).
+  RegistrationHandleRAII registerDef(FunctionSchema schema, RegisterOptions options, TagSet tags = {},
+                                     AliasAnalysisKind alias_analysis = AliasAnalysisKind::FROM_SCHEMA);
   // key: a runtime or alias key.
   RegistrationHandleRAII registerImpl(const OperatorName& op, DispatchKey key, KernelFunction kernel,
                                       RegisterOptions options);

@@ -39,6 +39,7 @@
 #include "strata/export.h"
 #include "strata/kernel_function.h"
 #include "strata/schema.h"
+#include "strata/tag.h"
 
 namespace strata {
 
@@ -92,10 +93,17 @@ class STRATA_API Library {
   ~Library();
 
   // Declares an operator from its full schema ("name(Tensor x) -> Tensor"; the
-  // namespace may be given, and must be this library's).
+  // namespace may be given, and must be this library's), with its tags
+  // (strata/tag.h) and alias analysis kind: FROM_SCHEMA, or what strata::schema()
+  // gives, as torch::Library::def(torch::schema(text, kind), tags).
   Library& def(std::string_view schema, std::source_location where = std::source_location::current()) &;
+  Library& def(std::string_view schema, const std::vector<Tag>& tags,
+               std::source_location where = std::source_location::current()) &;
+  Library& def(const SchemaSpec& schema, const std::vector<Tag>& tags = {},
+               std::source_location where = std::source_location::current()) &;
   // Declares an operator and registers f as its CompositeImplicitAutograd kernel. The
-  // first argument is a full schema, or a bare name whose schema is inferred from f.
+  // first argument is a full schema, or a bare name whose schema is inferred from f
+  // (its alias analysis is then CONSERVATIVE, as PyTorch's).
   template <typename F>
   Library& def(std::string_view name_or_schema, F&& f, std::source_location where = std::source_location::current()) & {
     return defImpl(name_or_schema, toKernel(std::forward<F>(f)), where);
@@ -154,7 +162,8 @@ class STRATA_API Library {
   }
   void checkMayDefine(std::source_location where) const;
   // Registers the def (qualified with this namespace); returns the operator's name.
-  OperatorName defSchema(FunctionSchema schema, std::source_location where);
+  OperatorName defSchema(FunctionSchema schema, std::source_location where, TagSet tags = {},
+                         AliasAnalysisKind alias_analysis = AliasAnalysisKind::FROM_SCHEMA);
   Library& defImpl(std::string_view name_or_schema, KernelFunction kernel, std::source_location where);
   Library& implImpl(std::string_view name, KernelFunction kernel, std::optional<DispatchKey> key,
                     ImplOptions options, std::source_location where);

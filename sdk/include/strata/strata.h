@@ -33,4 +33,5 @@
 #include "strata/schema.h"
 #include "strata/storage.h"
 #include "strata/sym_int.h"
+#include "strata/tag.h"
 #include "strata/tensor.h"

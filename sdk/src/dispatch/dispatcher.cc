@@ -231,7 +231,8 @@ bool checkValue(const Type& t, IValue& v, std::optional<int32_t> n) {
 
 }  // namespace
 
-OperatorInfo::OperatorInfo(FunctionSchema s) : schema(std::move(s)) {
+OperatorInfo::OperatorInfo(FunctionSchema s, TagSet tags, AliasAnalysisKind alias)
+    : schema(std::move(s)), op_tags(tags), alias_analysis(alias) {
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     if (isTensorLike(*args[i].type)) tensor_args.push_back(i);
@@ -547,7 +548,17 @@ std::vector<OperatorName> Dispatcher::operatorNames() {
   return names;
 }
 
-RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOptions options) {
+RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOptions options, TagSet tags,
+                                               AliasAnalysisKind alias_analysis) {
+  if (alias_analysis != AliasAnalysisKind::FROM_SCHEMA) {
+    auto annotated = [](const std::vector<Argument>& as) {
+      return std::any_of(as.begin(), as.end(), [](const Argument& a) { return a.alias_info.has_value(); });
+    };
+    STRATA_CHECK(!annotated(schema.arguments()) && !annotated(schema.returns()), Schema,
+                 "Tried to register operator ", schema.str(), " (", options.debug, ") with aliasing information in "
+                 "the schema but with alias analysis ", toString(alias_analysis), ": only FROM_SCHEMA reads the "
+                 "schema's alias annotations. Drop the annotations or use FROM_SCHEMA");
+  }
   std::lock_guard<std::mutex> lock(impl_->mu);
   OperatorEntry& e = impl_->entry(schema.operator_name());
   if (e.def) {
@@ -561,7 +572,7 @@ RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOp
   }
   const uint64_t id = impl_->next_id++;
   e.def = DefRecord{id, options.owner, options.debug};
-  e.info_versions.push_back(std::make_unique<OperatorInfo>(std::move(schema)));
+  e.info_versions.push_back(std::make_unique<OperatorInfo>(std::move(schema), tags, alias_analysis));
   e.info.store(e.info_versions.back().get(), std::memory_order_release);
   impl_->recompute(e);
   OperatorEntry* ep = &e;
@@ -868,6 +879,11 @@ std::string Dispatcher::dump(const OperatorName& op) {
   auto h = findOp(op);
   os << "name: " << op.str() << "\n";
   os << "schema: " << (h && h->hasSchema() ? h->schema().str() : std::string("(none: no def yet)")) << "\n";
+  if (h && h->hasSchema()) {
+    const TagSet tags = h->tags();
+    os << "tags: " << (tags.empty() ? std::string("(none)") : tags.str()) << "\n";
+    os << "alias analysis: " << toString(h->aliasAnalysis()) << "\n";
+  }
   os << "\nregistrations (per key, newest first):\n";
   for (const auto& r : regs) {
     std::string key = r.what == RegistrationInfo::What::Def ? "def" : toString(r.key);
@@ -994,6 +1010,16 @@ const FunctionSchema& OperatorHandle::schema() const {
   STRATA_CHECK(info != nullptr, NotImplemented, "operator ", entry_->qualified,
                " has no schema (it has no def(), or was removed)");
   return info->schema;
+}
+
+TagSet OperatorHandle::tags() const {
+  const OperatorInfo* info = entry_->info.load(std::memory_order_acquire);
+  return info != nullptr ? info->op_tags : TagSet();
+}
+
+AliasAnalysisKind OperatorHandle::aliasAnalysis() const {
+  const OperatorInfo* info = entry_->info.load(std::memory_order_acquire);
+  return info != nullptr ? info->alias_analysis : AliasAnalysisKind::FROM_SCHEMA;
 }
 
 void OperatorHandle::callBoxed(Stack& stack) const {

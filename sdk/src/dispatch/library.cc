@@ -105,8 +105,17 @@ OperatorName Library::qualify(std::string_view name, const char* what) const {
 }
 
 Library& Library::def(std::string_view schema_text, std::source_location loc) & {
+  return def(SchemaSpec{std::string(schema_text), AliasAnalysisKind::FROM_SCHEMA}, {}, loc);
+}
+
+Library& Library::def(std::string_view schema_text, const std::vector<Tag>& tags, std::source_location loc) & {
+  return def(SchemaSpec{std::string(schema_text), AliasAnalysisKind::FROM_SCHEMA}, tags, loc);
+}
+
+Library& Library::def(const SchemaSpec& spec, const std::vector<Tag>& tags, std::source_location loc) & {
   checkMayDefine(loc);
-  defSchema(parseSchema(schema_text, SchemaParseOptions{.allow_typevars = false}), loc);
+  defSchema(parseSchema(spec.schema, SchemaParseOptions{.allow_typevars = false}), loc, TagSet(tags),
+            spec.alias_analysis);
   return *this;
 }
 
@@ -115,7 +124,8 @@ void Library::checkMayDefine(std::source_location loc) const {
                where(loc), "). All def()s should be placed in the (unique) STRATA_LIBRARY block for their namespace.");
 }
 
-OperatorName Library::defSchema(FunctionSchema schema, std::source_location loc) {
+OperatorName Library::defSchema(FunctionSchema schema, std::source_location loc, TagSet tags,
+                                AliasAnalysisKind alias_analysis) {
   if (schema.ns().empty()) {
     schema = FunctionSchema(ns_ + "::" + schema.name(), schema.overload_name(), schema.arguments(), schema.returns(),
                             schema.is_vararg(), schema.is_varret());
@@ -128,22 +138,27 @@ OperatorName Library::defSchema(FunctionSchema schema, std::source_location loc)
   }
   OperatorName name = schema.operator_name();
   registrations_.push_back(
-      Dispatcher::singleton().registerDef(std::move(schema), {owner_, where(loc), allow_override_}));
+      Dispatcher::singleton().registerDef(std::move(schema), {owner_, where(loc), allow_override_}, tags, alias_analysis));
   return name;
 }
 
 Library& Library::defImpl(std::string_view name_or_schema, KernelFunction kernel, std::source_location loc) {
   checkMayDefine(loc);
   auto parsed = parseSchemaOrName(name_or_schema, SchemaParseOptions{.allow_typevars = false});
+  AliasAnalysisKind alias_analysis = AliasAnalysisKind::FROM_SCHEMA;
   if (auto* n = std::get_if<OperatorName>(&parsed)) {
     const auto inferred = kernel.inferredSchema();
     STRATA_CHECK(inferred.has_value(), Schema, "def(\"", name_or_schema, "\", fn) (", where(loc),
                  "): a schema cannot be inferred from a boxed kernel; give def() the full schema");
     parsed = FunctionSchema(n->name, n->overload_name, inferred->arguments(), inferred->returns());
+    // An inferred schema cannot say that a result aliases an argument, so compilers
+    // must assume it may (PyTorch's choice); a Tensor& parameter is annotated (a!),
+    // and the annotation is then what the schema says.
+    if (!inferred->is_mutable()) alias_analysis = AliasAnalysisKind::CONSERVATIVE;
   }
   // def, then impl; if the impl is refused, the def is undone with it.
   const size_t before = registrations_.size();
-  const OperatorName op = defSchema(std::get<FunctionSchema>(std::move(parsed)), loc);
+  const OperatorName op = defSchema(std::get<FunctionSchema>(std::move(parsed)), loc, {}, alias_analysis);
   try {
     implImpl(op.str(), std::move(kernel), key_, ImplOptions{}, loc);
   } catch (...) {

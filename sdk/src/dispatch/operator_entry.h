@@ -40,7 +40,11 @@ struct OperatorInfo {
   // for int, ...), or kNoFastTag when every value needs the full check.
   std::vector<IValue::Tag> fast_tags;
   static constexpr IValue::Tag kNoFastTag = static_cast<IValue::Tag>(0xff);
-  explicit OperatorInfo(FunctionSchema s);
+  // What the def said besides the schema (strata/tag.h).
+  TagSet op_tags;
+  AliasAnalysisKind alias_analysis = AliasAnalysisKind::FROM_SCHEMA;
+  explicit OperatorInfo(FunctionSchema s, TagSet tags = {},
+                        AliasAnalysisKind alias = AliasAnalysisKind::FROM_SCHEMA);
 
   // Fills defaults and checks types; see Note [Boxed argument checks]. The stack
   // holds this call's arguments and nothing else. Inline: a stack whose every value

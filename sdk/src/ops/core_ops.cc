@@ -645,6 +645,7 @@ void implBackends(Library& m, const char* name, F f) {
 namespace detail {
 
 void registerCoreLibrary(Library& m) {
+  // Tags as PyTorch's native_functions.yaml gives them to the same ops.
   m.def("empty(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
   m.def("zeros(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
   m.def("ones(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
@@ -656,18 +657,18 @@ void registerCoreLibrary(Library& m) {
   m.def("copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)");
   m.def("to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False) -> Tensor(a)");
   m.def("contiguous(Tensor(a) self) -> Tensor(a)");
-  m.def("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor");
-  m.def("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor");
-  m.def("sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor");
-  m.def("sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor");
-  m.def("mul.Tensor(Tensor self, Tensor other) -> Tensor");
-  m.def("mul.Scalar(Tensor self, Scalar other) -> Tensor");
-  m.def("div.Tensor(Tensor self, Tensor other) -> Tensor");
-  m.def("div.Scalar(Tensor self, Scalar other) -> Tensor");
-  m.def("neg(Tensor self) -> Tensor");
-  m.def("sin(Tensor self) -> Tensor");
-  m.def("cos(Tensor self) -> Tensor");
-  m.def("exp(Tensor self) -> Tensor");
+  m.def("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", {Tag::core, Tag::pointwise});
+  m.def("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", {Tag::core, Tag::pointwise});
+  m.def("sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", {Tag::core, Tag::pointwise});
+  m.def("sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", {Tag::core, Tag::pointwise});
+  m.def("mul.Tensor(Tensor self, Tensor other) -> Tensor", {Tag::core, Tag::pointwise});
+  m.def("mul.Scalar(Tensor self, Scalar other) -> Tensor", {Tag::core, Tag::pointwise});
+  m.def("div.Tensor(Tensor self, Tensor other) -> Tensor", {Tag::core, Tag::pointwise});
+  m.def("div.Scalar(Tensor self, Scalar other) -> Tensor", {Tag::core, Tag::pointwise});
+  m.def("neg(Tensor self) -> Tensor", {Tag::core, Tag::pointwise});
+  m.def("sin(Tensor self) -> Tensor", {Tag::core, Tag::pointwise});
+  m.def("cos(Tensor self) -> Tensor", {Tag::core, Tag::pointwise});
+  m.def("exp(Tensor self) -> Tensor", {Tag::core, Tag::pointwise});
   m.def("sum(Tensor self, *, ScalarType? dtype=None) -> Tensor");
   m.def("sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
   m.def("matmul(Tensor self, Tensor other) -> Tensor");
@@ -684,9 +685,9 @@ void registerCoreLibrary(Library& m) {
   m.def("view(Tensor(a) self, int[] size) -> Tensor(a)");
   m.def("stack(Tensor[] tensors, int dim=0) -> Tensor");
   m.def("cat(Tensor[] tensors, int dim=0) -> Tensor");
-  m.def("rand(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
-  m.def("rand_like(Tensor self, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
-  m.def("allclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> bool");
+  m.def("rand(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor", {Tag::nondeterministic_seeded});
+  m.def("rand_like(Tensor self, *, ScalarType? dtype=None, Device? device=None) -> Tensor", {Tag::nondeterministic_seeded});
+  m.def("allclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> bool", {Tag::data_dependent_output});
 
   // Factories: no tensor argument to dispatch on.
   m.impl("empty", &empty_kernel, DispatchKey::CompositeExplicitAutograd);

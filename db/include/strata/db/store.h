@@ -37,6 +37,8 @@ struct BundleRow {
 
 struct OperatorRow {
   std::string name, schema, owner;
+  std::string tags;            // "pt2_compliant_tag, pointwise"; "" for none
+  std::string alias_analysis;  // "FROM_SCHEMA", "CONSERVATIVE", "PURE_FUNCTION"
 };
 
 struct RegistrationRow {
@@ -67,7 +69,7 @@ struct AuditRow {
 
 class Store {
  public:
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
   // The DDL that takes a store from version v-1 to v (v = 1..kSchemaVersion).
   static const char* migrationSql(int v);
 

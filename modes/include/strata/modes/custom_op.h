@@ -142,7 +142,7 @@ namespace detail {
 STRATA_MODES_API std::unique_ptr<Library> defineCustomOp(std::string_view name, const FunctionSchema& inferred,
                                                          const std::vector<std::string>& arg_names,
                                                          const MutatesArgs& mutates_args, std::string_view schema,
-                                                         std::source_location where);
+                                                         const std::vector<Tag>& tags, std::source_location where);
 STRATA_MODES_API std::vector<DispatchKey> customOpKeys(std::string_view name,
                                                        const std::vector<std::string>& device_types);
 
@@ -163,18 +163,19 @@ struct CustomOpSig {
 // torch.library.custom_op. name: "ns::name"; fn: the kernel; arg_names: one per
 // parameter of fn; mutates_args: the names fn mutates ({} for none) or
 // MutatesArgs::unknown(); device_types: {} for every device, else the device types
-// fn serves; schema: "" to infer. Errors (Error(Schema) or Error(Value)) name the op
+// fn serves; schema: "" to infer; tags: the operator's tags (strata/tag.h). Errors (Error(Schema) or Error(Value)) name the op
 // and the reason: a bad name, a second def of it, names that do not fit fn, a
 // mutates_args that does not match fn's Tensor& parameters, an unknown device type.
 template <typename F>
 TypedCustomOpDef<typename detail::CustomOpSig<F>::type> custom_op(
     std::string_view name, F&& fn, const std::vector<std::string>& arg_names, const MutatesArgs& mutates_args,
     const std::vector<std::string>& device_types = {}, std::string_view schema = "",
-    std::source_location where = std::source_location::current()) {
+    const std::vector<Tag>& tags = {}, std::source_location where = std::source_location::current()) {
   using Sig = typename detail::CustomOpSig<F>::type;
   const std::vector<DispatchKey> keys = detail::customOpKeys(name, device_types);
   std::unique_ptr<Library> lib =
-      detail::defineCustomOp(name, infer_schema<std::remove_cvref_t<F>>(), arg_names, mutates_args, schema, where);
+      detail::defineCustomOp(name, infer_schema<std::remove_cvref_t<F>>(), arg_names, mutates_args, schema, tags,
+                             where);
   for (DispatchKey k : keys) lib->impl(std::string(name), fn, k, ImplOptions{}, where);
   return TypedCustomOpDef<Sig>(std::string(name), std::move(lib));
 }

@@ -34,7 +34,11 @@
 //          again so the ops it calls make fake tensors, and get_ctx() valid;
 //        - a Meta kernel (every core:: op has one): called with meta tensors that stand
 //          for the fake ones; its meta results become fake tensors on the output
-//          device, sharing the fake storage of any argument they alias (views);
+//          device, sharing the fake storage of any argument they alias (views). Not
+//          for an op tagged data_dependent_output or dynamic_output_shape (strata/
+//          tag.h): its output depends on data, so only a fake impl can describe it,
+//          and without one the call is an error (PyTorch's DataDependentOutput and
+//          DynamicOutputShape exceptions);
 //        - a CompositeImplicitAutograd kernel: run with the fake tensors, so the ops it
 //          decomposes into come back to the mode;
 //      and anything else (a CPU-only kernel, a "default" kernel) is an error naming
