@@ -446,7 +446,16 @@ IValue sliceArg(const OperatorHandle& op, const IValue& v, const Level& level, i
   return v;
 }
 
-void runFallback(const OperatorHandle& op, Stack& stack, size_t base, const Level& level) {
+// Note [Random ops without a batching rule]
+// An op tagged nondeterministic_seeded (strata/tag.h) draws from the generator, so
+// vmap's randomness decides what the fallback does with it: "error" refuses it;
+// "different" runs it once per batch element even when no argument is batched (each
+// element draws its own values); "same" gives every element the draws of the first
+// (the default generator's state is rewound before each call, so an op that draws
+// from strata's generator gets the same values for each slice) and, with nothing
+// batched, runs once, its result shared. An op without the tag is taken to be
+// deterministic, as PyTorch's fallback does.
+void runFallback(const OperatorHandle& op, Stack& stack, size_t base, const Level& level, bool random) {
   const FunctionSchema& schema = op.schema();
   if (!is_vmap_fallback_enabled()) {
     STRATA_FAIL(NotImplemented, "Batching rule not implemented for ", op.name(),
@@ -494,7 +503,9 @@ void runFallback(const OperatorHandle& op, Stack& stack, size_t base, const Leve
   std::vector<Tensor> stacked(nret);
   {
     LevelPop pop;
+    const std::string rng = random && level.randomness == Randomness::same ? ops::get_rng_state() : std::string();
     for (int64_t i = 0; i < level.batch_size; ++i) {
+      if (!rng.empty() && i > 0) ops::set_rng_state(rng);
       Stack slice;
       slice.reserve(args.size());
       for (const IValue& v : args) slice.push_back(sliceArg(op, v, level, i));
@@ -541,6 +552,18 @@ void batchedKernel(const OperatorHandle& op, Stack& stack, const RuleData* rule)
     runRule(op, stack, base, level, rule->fn);
     return;
   }
+  // Note [Random ops without a batching rule]
+  const bool random = op.hasTag(Tag::nondeterministic_seeded);
+  if (random && cur->randomness == Randomness::error) {
+    STRATA_FAIL(Value, "vmap: called random operation (", op.name(), ", tagged nondeterministic_seeded) while in "
+                "randomness error mode. Please either use the 'same' or 'different' randomness flags on vmap or "
+                "perform the randomness operation out of vmap");
+  }
+  if (!any && random && cur->randomness == Randomness::different) {
+    const Level level = *cur;
+    runFallback(op, stack, base, level, random);
+    return;
+  }
   if (!any) {
     // Not this level's op: the next level down sees it (Note [vmap levels], 2).
     if (dispatch_observed()) {
@@ -552,7 +575,7 @@ void batchedKernel(const OperatorHandle& op, Stack& stack, const RuleData* rule)
     return;
   }
   const Level level = *cur;
-  runFallback(op, stack, base, level);
+  runFallback(op, stack, base, level, random);
 }
 
 }  // namespace detail

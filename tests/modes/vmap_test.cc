@@ -342,6 +342,39 @@ TEST(VmapRandomness, TheRuleSeesTheRandomness) {
   EXPECT_THAT(seen, ElementsAre(modes::Randomness::different, modes::Randomness::same));
 }
 
+// Note [Random ops without a batching rule]: the op's tag tells the fallback it draws.
+TEST(VmapRandomness, AnOpTaggedNondeterministicSeededFollowsTheRandomnessWithoutARule) {
+  Library lib(Library::DEF, "vmaprandtag");
+  lib.def("noisy(Tensor x) -> Tensor", {Tag::nondeterministic_seeded});
+  lib.def("quiet(Tensor x) -> Tensor");
+  Library cpu(Library::IMPL, "vmaprandtag", DispatchKey::CPU);
+  cpu.impl("noisy", [](const Tensor& x) { return ops::add(x, ops::rand_like(x)); });
+  cpu.impl("quiet", [](const Tensor& x) { return ops::add(x, ops::rand_like(x)); });  // draws, untagged
+  auto call = [](const char* name) {
+    const auto op = Dispatcher::singleton().findSchemaOrThrow(name).typed<Tensor(const Tensor&)>();
+    return [op](const Tensor& t) { return op.call(t); };
+  };
+  WarningsCaught warnings;  // the fallback warns once per op
+  const Tensor x = ops::zeros({4, 3});
+  EXPECT_THAT(errorOf([&] { vmap(call("vmaprandtag::noisy"))(x); }),
+              AllOf(HasSubstr("vmaprandtag::noisy, tagged nondeterministic_seeded"),
+                    HasSubstr("randomness error mode")));
+  vmap(call("vmaprandtag::quiet"))(x);  // untagged: the fallback takes it as deterministic
+  const Tensor same_rows = vmap(call("vmaprandtag::noisy"), 0, 0, "same")(x);
+  const Tensor diff_rows = vmap(call("vmaprandtag::noisy"), 0, 0, "different")(x);
+  for (int64_t i = 1; i < 4; ++i) {
+    EXPECT_TRUE(same_rows.select(0, i).equal(same_rows.select(0, 0))) << i;
+    EXPECT_FALSE(diff_rows.select(0, i).equal(diff_rows.select(0, 0))) << i;
+  }
+  // Nothing batched: "different" still gives each element its own draws, "same" one.
+  const Tensor c = ops::zeros({3});
+  auto on_c = [&](const Tensor& t) { return ops::add(call("vmaprandtag::noisy")(c), ops::mul(t, 0.0)); };
+  const Tensor diff_c = vmap(on_c, 0, 0, "different")(x);
+  const Tensor same_c = vmap(on_c, 0, 0, "same")(x);
+  EXPECT_FALSE(diff_c.select(0, 1).equal(diff_c.select(0, 0)));
+  EXPECT_TRUE(same_c.select(0, 1).equal(same_c.select(0, 0)));
+}
+
 TEST(VmapChunks, ChunkSizeEqualsTheUnchunkedResult) {
   const Tensor x = rnd({7, 3}), w = rnd({3, 2});
   auto f = [&](const Tensor& t) { return std::make_tuple(ops::matmul(t, w), ops::sum(t)); };
