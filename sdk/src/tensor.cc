@@ -35,23 +35,41 @@ size_t requiredStorageBytes(IntArrayRef sizes, IntArrayRef strides, int64_t stor
                             size_t element_size) {
   STRATA_CHECK(sizes.size() == strides.size(), Value, "sizes ", shapeStr(sizes), " and strides ",
                shapeStr(strides), " have different lengths");
-  if (__builtin_expect(storage_offset < 0, 0) && sym::isSymbolic(storage_offset)) return kSymbolicBytes;
-  STRATA_CHECK(storage_offset >= 0, Value, "storage offset must be non-negative, got ", storage_offset);
+  // Note [Symbolic sizes]: a tensor without data may have them; the caller decides.
+  // The concrete values beside a symbolic one are still checked.
+  bool symbolic = sym::isSymbolic(storage_offset);
+  STRATA_CHECK(symbolic || storage_offset >= 0, Value, "storage offset must be non-negative, got ", storage_offset);
   int64_t last = 0;
+  bool empty = false;  // a 0 size: no bytes, once every size is checked
   for (size_t d = 0; d < sizes.size(); ++d) {
     if (__builtin_expect(sizes[d] < 0 || strides[d] < 0, 0)) {
-      // Note [Symbolic sizes]: a tensor without data may have them; the caller decides.
-      if (sym::isSymbolic(sizes[d]) || sym::isSymbolic(strides[d])) return kSymbolicBytes;
+      const bool sym_size = sym::isSymbolic(sizes[d]), sym_stride = sym::isSymbolic(strides[d]);
+      if (sym_size || sym_stride) {
+        symbolic = true;
+        STRATA_CHECK(sym_size || sizes[d] >= 0, Value, "negative size ", sizes[d], " in ", shapeStr(sizes));
+        STRATA_CHECK(sym_stride || strides[d] >= 0, Value, "negative stride ", strides[d], " in ", shapeStr(strides),
+                     " is not supported");
+        continue;
+      }
+    }
+    if (symbolic) {
+      STRATA_CHECK(sizes[d] >= 0, Value, "negative size ", sizes[d], " in ", shapeStr(sizes));
+      STRATA_CHECK(strides[d] >= 0, Value, "negative stride ", strides[d], " in ", shapeStr(strides),
+                   " is not supported");
+      continue;
     }
     STRATA_CHECK(sizes[d] >= 0, Value, "negative size ", sizes[d], " in ", shapeStr(sizes));
     STRATA_CHECK(strides[d] >= 0, Value, "negative stride ", strides[d], " in ", shapeStr(strides),
                  " is not supported");
-    if (sizes[d] == 0) return 0;
+    if (sizes[d] == 0) empty = true;
+    if (empty) continue;
     int64_t span = 0;
     STRATA_CHECK(!__builtin_mul_overflow(sizes[d] - 1, strides[d], &span) &&
                      !__builtin_add_overflow(last, span, &last),
                  Value, "sizes ", shapeStr(sizes), " with strides ", shapeStr(strides), " overflow");
   }
+  if (symbolic) return kSymbolicBytes;
+  if (empty) return 0;
   int64_t elems = 0;
   int64_t bytes = 0;
   STRATA_CHECK(!__builtin_add_overflow(last + 1, storage_offset, &elems) &&

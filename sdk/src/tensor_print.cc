@@ -55,7 +55,8 @@ void printDim(std::ostringstream& os, const Tensor& t, const T* values, int64_t 
 
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
-  if (wrapper() != nullptr) return wrapper()->str();
+  const bool fake = key_set().has(DispatchKey::Fake);
+  if (wrapper() != nullptr && !fake) return wrapper()->str();
   std::ostringstream os;
   std::string suffix;
   if (dtype() != ScalarType::Float && dtype() != ScalarType::Long && dtype() != ScalarType::Bool) {
@@ -63,8 +64,10 @@ std::string Tensor::str() const {
   }
   if (!is_cpu()) suffix = ", device='" + device().str() + "'" + suffix;
   if (requires_grad()) suffix += ", requires_grad=True";
-  if (is_meta()) {
-    os << "tensor(..., size=(";
+  if (is_meta() || fake) {
+    // A fake tensor prints as PyTorch prints one: FakeTensor(..., size=(2, 3)), its
+    // device and dtype when they are not the defaults; sizes may be symbolic (u0).
+    os << (fake ? "FakeTensor" : "tensor") << "(..., size=(";
     for (int64_t d = 0; d < dim(); ++d) os << (d ? ", " : "") << sym::str(sizes()[d]);
     os << (dim() == 1 ? ",)" : ")") << suffix << ")";
     return os.str();

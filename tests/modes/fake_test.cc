@@ -412,6 +412,59 @@ TEST(SymInt, ArithmeticRangesAndDecisions) {
   EXPECT_THAT(errorOf([&] { empty({u, 2}); }), AllOf(HasSubstr("symbolic sizes [s_a, 2]"), HasSubstr("cpu")));
   EXPECT_TRUE(empty({u, 2}, kMeta).is_meta());
   EXPECT_THAT(errorOf([&] { empty({static_cast<int64_t>(u) + 1, 2}, kMeta); }), HasSubstr("negative size"));
+  // The sizes beside a symbolic one are still checked.
+  const std::vector<int64_t> s2{u, 2}, bad_st{1, -4}, s_neg{u, -3}, st{3, 1};
+  EXPECT_THAT(errorOf([&] { empty_strided(s2, bad_st, kMeta); }), HasSubstr("negative stride"));
+  EXPECT_THAT(errorOf([&] { empty_strided(s_neg, st, kMeta); }), HasSubstr("negative size"));
+}
+
+// SymInt's comparisons decide by range, or say they cannot: never a comparison of
+// two encodings (a symbol is a negative int64_t inside).
+TEST(SymInt, ComparisonsDecideByRangeOrSayTheyDependOnData) {
+  const SymInt u = sym::newSymbol("s_cmp", 2, 10);
+  EXPECT_TRUE(u >= 0);
+  EXPECT_TRUE(u > 1);
+  EXPECT_TRUE(u < 11);
+  EXPECT_TRUE(u <= 10);
+  EXPECT_TRUE(u != 1);
+  EXPECT_FALSE(u == 11);
+  EXPECT_TRUE(u == u);
+  EXPECT_TRUE(u * 2 == u + u);
+  EXPECT_TRUE(0 < u);
+  EXPECT_THAT(errorOf([&] { (void)(u == 5); }), AllOf(HasSubstr("data-dependent"), HasSubstr("s_cmp in [2, 10]")));
+  EXPECT_THAT(errorOf([&] { (void)(u < 5); }), HasSubstr("data-dependent"));
+  EXPECT_THAT(errorOf([&] { (void)(u >= 3); }), HasSubstr("data-dependent"));
+  // Concrete SymInts compare as integers.
+  EXPECT_TRUE(SymInt(3) < SymInt(4));
+  EXPECT_TRUE(SymInt(-1) < 0);
+}
+
+TEST_F(SymbolicSizes, NarrowAndExpandDecideTheirBoundsByRange) {
+  const Tensor y = nz(ops::ones({8}));  // [u0, 3], u0 in [0, 8]
+  const SymInt u0 = y.sym_size(0);
+  // expand: a 1 broadcasts to u0; u0 stays u0; u0 against 5 cannot be decided.
+  const Tensor col = ops::narrow(y, 1, 0, 1);  // [u0, 1]
+  EXPECT_EQ(col.sym_size(0), u0);
+  EXPECT_EQ(col.size(1), 1);
+  const Tensor e = ops::expand(col, {u0, 4});
+  EXPECT_EQ(e.sym_size(0), u0);
+  EXPECT_EQ(e.size(1), 4);
+  EXPECT_EQ(e.stride(1), 0);
+  EXPECT_EQ(ops::expand(y, {2, -1, 3}).sym_size(1), u0);
+  EXPECT_EQ(ops::expand(ops::ones({1, 3}), {u0, 3}).sym_size(0), u0);
+  EXPECT_THAT(errorOf([&] { ops::expand(y, {5, 3}); }), AllOf(HasSubstr("data-dependent"), HasSubstr("u0")));
+  EXPECT_THAT(errorOf([&] { ops::expand(y, {9, 3}); }), HasSubstr("must match the existing size (u0)"));
+  // narrow over the symbolic dim: a start and length the range allows.
+  EXPECT_EQ(ops::narrow(y, 0, 0, u0).sym_size(0), u0);
+  const Tensor tail = ops::narrow(y, 0, 0, 0);
+  EXPECT_EQ(tail.size(0), 0);
+  EXPECT_THAT(errorOf([&] { ops::narrow(y, 0, 0, 3); }), HasSubstr("data-dependent"));  // is u0 >= 3?
+  EXPECT_THAT(errorOf([&] { ops::narrow(y, 0, 0, 9); }), HasSubstr("exceeds dimension size (u0)"));
+  EXPECT_THAT(errorOf([&] { ops::narrow(y, 0, -1, 1); }), HasSubstr("must not be negative"));
+  // And the tensor prints as PyTorch prints a fake tensor.
+  EXPECT_EQ(y.str(), "FakeTensor(..., size=(u0, 3))");
+  EXPECT_EQ(ops::empty({2}, ScalarType::Half, Device(DeviceType::CUDA, 0)).str(),
+            "FakeTensor(..., size=(2,), device='cuda:0', dtype=float16)");
 }
 
 }  // namespace

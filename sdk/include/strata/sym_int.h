@@ -129,6 +129,26 @@ class SymInt {
   template <std::integral T> friend SymInt operator*(SymInt a, T b) { return a * SymInt(int64_t(b)); }
   template <std::integral T> friend SymInt operator*(T a, SymInt b) { return SymInt(int64_t(a)) * b; }
 
+  // Comparisons decide by the values' ranges (u0 in [2, 9] < 10 is true), and what
+  // the ranges cannot decide (u0 == 3) is Error(Value) saying it is data-dependent,
+  // never the comparison of two encodings (PyTorch's GuardOnDataDependentSymNode).
+  friend bool operator==(SymInt a, SymInt b) { return sym::eq(a.v_, b.v_, "SymInt =="); }
+  friend bool operator!=(SymInt a, SymInt b) { return !sym::eq(a.v_, b.v_, "SymInt !="); }
+  friend bool operator<(SymInt a, SymInt b) { return sym::lt(a.v_, b.v_, "SymInt <"); }
+  friend bool operator>(SymInt a, SymInt b) { return sym::lt(b.v_, a.v_, "SymInt >"); }
+  friend bool operator<=(SymInt a, SymInt b) { return !sym::lt(b.v_, a.v_, "SymInt <="); }
+  friend bool operator>=(SymInt a, SymInt b) { return !sym::lt(a.v_, b.v_, "SymInt >="); }
+#define STRATA_SYMINT_CMP(op)                                                                \
+  template <std::integral T> friend bool operator op(SymInt a, T b) { return a op SymInt(int64_t(b)); } \
+  template <std::integral T> friend bool operator op(T a, SymInt b) { return SymInt(int64_t(a)) op b; }
+  STRATA_SYMINT_CMP(==)
+  STRATA_SYMINT_CMP(!=)
+  STRATA_SYMINT_CMP(<)
+  STRATA_SYMINT_CMP(>)
+  STRATA_SYMINT_CMP(<=)
+  STRATA_SYMINT_CMP(>=)
+#undef STRATA_SYMINT_CMP
+
  private:
   int64_t v_;
 };

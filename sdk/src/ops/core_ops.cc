@@ -431,6 +431,20 @@ Tensor narrow_kernel(const Tensor& a, int64_t dim, int64_t start, int64_t length
   STRATA_CHECK(a.dim() > 0, Index, "core::narrow: narrow() cannot be applied to a 0-dim tensor");
   const int64_t d = wrapDim(dim, a.dim());
   const int64_t n = a.sizes()[d];
+  if (__builtin_expect(sym::isSymbolic(n) || sym::isSymbolic(start) || sym::isSymbolic(length), 0)) {
+    // Note [Symbolic sizes]: the bounds are decided by the ranges, or are an error
+    // saying they depend on data.
+    STRATA_CHECK(sym::le(0, start, "core::narrow's start"), Index, "core::narrow: start (", sym::str(start),
+                 ") must not be negative when the dimension's size (", sym::str(n), ") is symbolic");
+    STRATA_CHECK(sym::le(0, length, "core::narrow's length"), Value, "core::narrow: length (", sym::str(length),
+                 ") must not be negative");
+    STRATA_CHECK(sym::le(sym::add(start, length), n, "core::narrow's end"), Value, "core::narrow: start (",
+                 sym::str(start), ") + length (", sym::str(length), ") exceeds dimension size (", sym::str(n), ")");
+    std::vector<int64_t> sizes(a.sizes().begin(), a.sizes().end());
+    const std::vector<int64_t> strides(a.strides().begin(), a.strides().end());
+    sizes[static_cast<size_t>(d)] = length;
+    return a.as_strided(sizes, strides, sym::add(a.storage_offset(), sym::mul(start, strides[static_cast<size_t>(d)])));
+  }
   STRATA_CHECK(start >= -n && start <= n, Index, "core::narrow: start (", start, ") is out of bounds for dimension ",
                d, " of size ", n);
   if (start < 0) start += n;
@@ -445,18 +459,24 @@ Tensor expand_kernel(const Tensor& a, const std::vector<int64_t>& size, bool /*i
   std::vector<int64_t> sizes(size.size()), strides(size.size(), 0);
   for (size_t i = 0; i < size.size(); ++i) {
     if (i < lead) {
-      STRATA_CHECK(size[i] >= 0, Value, "core::expand: the expanded size of the tensor (", size[i],
-                   ") isn't allowed in a leading, non-existing dimension ", i);
+      STRATA_CHECK(size[i] >= 0 || sym::isSymbolic(size[i]), Value, "core::expand: the expanded size of the tensor (",
+                   size[i], ") isn't allowed in a leading, non-existing dimension ", i);
       sizes[i] = size[i];
       continue;
     }
     const int64_t have = a.sizes()[i - lead];
     const int64_t want = size[i] == -1 ? have : size[i];
-    STRATA_CHECK(have == want || have == 1, Value, "core::expand: the expanded size of the tensor (", want,
-                 ") must match the existing size (", have, ") at non-singleton dimension ", i, ".  Target sizes: ",
-                 shapeStr(size), ".  Tensor sizes: ", shapeStr(a.sizes()));
+    // Equal sizes keep the stride; a 1 broadcasts. With a symbol on either side the
+    // ranges decide (Note [Symbolic sizes]): u0 against 3 is a data-dependent error.
+    bool same = have == want;
+    if (!same && have != 1 && (sym::isSymbolic(have) || sym::isSymbolic(want))) {
+      same = sym::eq(have, want, "core::expand's size");
+    }
+    STRATA_CHECK(same || have == 1, Value, "core::expand: the expanded size of the tensor (", sym::str(want),
+                 ") must match the existing size (", sym::str(have), ") at non-singleton dimension ", i,
+                 ".  Target sizes: ", shapeStr(size), ".  Tensor sizes: ", shapeStr(a.sizes()));
     sizes[i] = want;
-    strides[i] = have == want ? a.strides()[i - lead] : 0;
+    strides[i] = same ? a.strides()[i - lead] : 0;
   }
   return a.as_strided(sizes, strides, a.storage_offset());
 }
