@@ -244,14 +244,27 @@ Stack FakeTensorMode::dispatch(const OperatorHandle& op, const TensorTypes& /*ty
   }
   const Device out_device = device_arg ? *device_arg : common ? *common : any_device ? *any_device : kCPU;
 
+  // The kernel the decision above was made on is the one that runs, even if another
+  // thread removes it meanwhile (it stays alive until reclaimRetiredKernels): a
+  // redispatch would read the table again and could find it gone.
+  const KernelFunction& kernel = *slot.kernel;
+  auto run = [&] {
+    const DispatchKeySet meta(DispatchKey::Meta);
+    if (__builtin_expect(strata::detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0, 0)) {
+      strata::detail::TraceScope scope(op, meta, /*redispatch=*/true, /*boxed=*/true);
+      kernel.callBoxed(op, meta, args);
+    } else {
+      kernel.callBoxed(op, meta, args);
+    }
+  };
   FakingScope faking(&op);
   if (how == How::MetaKernel) {
-    op.redispatchBoxed(DispatchKeySet(DispatchKey::Meta), args);
+    run();
   } else {
     FakeImplCtx ctx(*this, op);
     CtxScope ctx_scope(how == How::FakeImpl ? &ctx : tls_ctx);
     ModeGuard again(self);  // the ops the impl calls make fake tensors
-    op.redispatchBoxed(DispatchKeySet(DispatchKey::Meta), args);
+    run();
   }
 
   // The results: fake tensors of this mode.

@@ -1,16 +1,21 @@
 // Modes pushed on several threads while another thread registers and removes
 // torch_dispatch rules and mode types; autocast on some threads while an autocast
 // rule comes and goes; vmaps (nested, on their own level stacks) on several threads
-// while a batching rule comes and goes. Run under TSan: ctest -L concurrency.
+// while a batching rule comes and goes; one FakeTensorMode shared by threads that
+// convert the same real tensors and make symbols while its fake impl comes and goes.
+// Run under TSan: ctest -L concurrency.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "strata/library.h"
 #include "strata/modes/autocast.h"
 #include "strata/modes/dispatch_mode.h"
+#include "strata/modes/fake.h"
 #include "strata/modes/log_mode.h"
 #include "strata/modes/vmap.h"
 #include "strata/ops.h"
@@ -172,6 +177,78 @@ TEST(ModesConcurrency, VmapPerThreadWhileItsRuleComesAndGoes) {
   for (auto& th : threads) th.join();
   modes::set_warning_sink(nullptr);
   EXPECT_FALSE(failed.load());
+  Dispatcher::singleton().reclaimRetiredKernels();
+}
+
+// One FakeTensorMode pushed on several threads (each thread's own mode stack): the
+// memo gives every thread the same fake tensor for one real tensor, symbols are
+// unique, and a fake impl that comes and goes on another thread is either run or
+// reported missing, never half-seen.
+TEST(ModesConcurrency, OneFakeTensorModeSharedByThreadsWhileAFakeImplComesAndGoes) {
+  Library lib(Library::DEF, "fake_conc");
+  lib.def("nz(Tensor x) -> Tensor");
+  lib.def("churn(Tensor x) -> Tensor");
+  auto nz_impl = [](const Tensor& x) {
+    return ops::empty({modes::get_ctx().new_dynamic_size(0, x.numel()), x.dim()}, ScalarType::Long, x.device());
+  };
+  modes::register_fake("fake_conc::nz", nz_impl, lib);
+  const auto nz = Dispatcher::singleton().findSchemaOrThrow("fake_conc::nz").typed<Tensor(const Tensor&)>();
+  const auto churn = Dispatcher::singleton().findSchemaOrThrow("fake_conc::churn").typed<Tensor(const Tensor&)>();
+  auto mode = std::make_shared<modes::FakeTensorMode>();
+  const std::vector<Tensor> reals = {ops::ones({2, 3}), ops::zeros({4}), ops::rand({3, 3})};
+  constexpr int kThreads = 3;
+  constexpr int kIters = 200;
+  std::vector<std::vector<const TensorImpl*>> seen(kThreads);
+  std::vector<std::vector<std::string>> symbols(kThreads);
+  std::atomic<bool> failed{false};
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      modes::ModeGuard guard(mode);
+      for (int i = 0; i < kIters; ++i) {
+        try {
+          const Tensor& real = reals[static_cast<size_t>(i) % reals.size()];
+          const Tensor f = mode->from_tensor(real);
+          if (i < static_cast<int>(reals.size())) seen[static_cast<size_t>(t)].push_back(f.unsafeGetTensorImpl());
+          const Tensor y = ops::add(f, f);
+          if (!modes::is_fake(y) || y.sizes()[0] != real.sizes()[0]) {
+            ADD_FAILURE() << "add gave " << y.str();
+            failed = true;
+          }
+          symbols[static_cast<size_t>(t)].push_back(nz.call(real).sym_size(0).str());
+          try {
+            if (!modes::is_fake(churn.call(real))) failed = true;
+          } catch (const Error& e) {
+            if (std::string(e.what()).find("has no fake implementation") == std::string::npos) {
+              ADD_FAILURE() << e.what();
+              failed = true;
+            }
+          }
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << e.what();
+          failed = true;
+        }
+      }
+      ++done;
+    });
+  }
+  threads.emplace_back([&] {
+    while (done.load() < kThreads) {
+      Library bundle(Library::FRAGMENT, "fake_conc");
+      modes::register_fake("fake_conc::churn", [](const Tensor& x) { return ops::empty_like(x); }, bundle);
+      std::this_thread::yield();
+    }
+  });
+  for (auto& th : threads) th.join();
+  EXPECT_FALSE(failed.load());
+  // The same real tensor gave every thread the same fake tensor.
+  for (int t = 1; t < kThreads; ++t) EXPECT_EQ(seen[static_cast<size_t>(t)], seen[0]);
+  // Every symbol the mode made is its own.
+  std::set<std::string> all;
+  for (const auto& v : symbols) all.insert(v.begin(), v.end());
+  EXPECT_EQ(all.size(), static_cast<size_t>(kThreads * kIters));
+  EXPECT_EQ(mode->num_symbols(), static_cast<size_t>(kThreads * kIters));
   Dispatcher::singleton().reclaimRetiredKernels();
 }
 
