@@ -1,6 +1,7 @@
 // Printing tensors the way torch prints them, in short: nested brackets, floats
 // with a trailing '.' when every value is whole and four decimals otherwise,
 // dtype and device noted when they are not the defaults.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -17,6 +18,7 @@ constexpr int64_t kEdgeItems = 3;
 
 struct Formatter {
   bool whole = true;  // every float value is an integer (prints "1." not "1.0000")
+  size_t width = 0;   // every value is right-aligned to the widest, as torch does
 
   std::string operator()(double v) const {
     if (std::isnan(v)) return "nan";
@@ -34,18 +36,28 @@ template <typename T>
 void printDim(std::ostringstream& os, const Tensor& t, const T* values, int64_t dim, int64_t offset,
               const std::vector<int64_t>& strides, const Formatter& fmt, bool summarize, bool is_bool) {
   if (dim == t.dim()) {
-    if (is_bool) os << (values[offset] != 0 ? "True" : "False");
-    else os << fmt(values[offset]);
+    const std::string v = is_bool ? (values[offset] != 0 ? "True" : "False") : fmt(values[offset]);
+    if (v.size() < fmt.width) os << std::string(fmt.width - v.size(), ' ');
+    os << v;
     return;
   }
   const int64_t n = t.sizes()[dim];
+  const bool inner = dim + 1 == t.dim();
+  // torch's separators: ", " between values; between rows a comma, one newline per
+  // dim below (a blank line between matrices), and the indent of "tensor([".
+  auto separate = [&] {
+    if (inner) os << ", ";
+    else os << "," << std::string(static_cast<size_t>(t.dim() - dim - 1), '\n')
+            << std::string(static_cast<size_t>(dim + 8), ' ');
+  };
   os << "[";
   for (int64_t i = 0; i < n; ++i) {
+    if (i > 0) separate();
     if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) {
-      os << "..., ";
+      os << (inner ? " ..." : "...");  // torch: "1., 1., 1.,  ..., 1." and a "...," row
+      separate();
       i = n - kEdgeItems;
     }
-    if (i) os << (dim + 1 == t.dim() ? ", " : ",\n" + std::string(static_cast<size_t>(dim + 8), ' '));
     printDim(os, t, values, dim + 1, offset + i * strides[dim], strides, fmt, summarize, is_bool);
   }
   os << "]";
@@ -80,6 +92,16 @@ std::string Tensor::str() const {
     for (int64_t i = 0; i < host.numel(); ++i) {
       if (std::isfinite(values[i]) && values[i] != std::trunc(values[i])) fmt.whole = false;
     }
+  }
+  if (host.numel() > 1) {
+    auto widest = [&](const auto* values) {
+      for (int64_t i = 0; i < host.numel(); ++i) {
+        const size_t w = dtype() == ScalarType::Bool ? (values[i] != 0 ? 4 : 5) : fmt(values[i]).size();
+        fmt.width = std::max(fmt.width, w);
+      }
+    };
+    if (floating) widest(host.data_ptr<double>());
+    else widest(host.data_ptr<int64_t>());
   }
   os << "tensor(";
   if (numel() == 0) {

@@ -177,11 +177,31 @@ TEST(TensorTest, PrintsLikeTorch) {
   EXPECT_EQ(arange(3, kFloat32).str(), "tensor([0., 1., 2.])");
   EXPECT_EQ(arange(3).str(), "tensor([0, 1, 2])");
   // int64 prints exactly, beyond the 2^53 a double holds.
-  EXPECT_EQ(from_vector<int64_t>({9007199254740993, -1}).str(), "tensor([9007199254740993, -1])");
+  // Values are right-aligned to the widest, as torch prints them.
+  EXPECT_EQ(from_vector<int64_t>({9007199254740993, -1}).str(), "tensor([9007199254740993,               -1])");
   EXPECT_EQ(from_vector<double>({0.5, 1.25}).str(), "tensor([0.5000, 1.2500], dtype=float64)");
-  EXPECT_EQ(from_vector<bool>({true, false}).str(), "tensor([True, False])");
+  EXPECT_EQ(from_vector<bool>({true, false}).str(), "tensor([ True, False])");
+  EXPECT_EQ(from_vector<float>({1, 10, -100}).str(), "tensor([   1.,   10., -100.])");
   EXPECT_EQ(full({}, 2).str(), "tensor(2.)");  // float32 by default, as torch.full
   EXPECT_EQ(full({}, 2, kInt64).str(), "tensor(2)");
+  // Matrices of a 3-d tensor are separated by a blank line, as torch prints them.
+  EXPECT_EQ(arange(8, kFloat32).view({2, 2, 2}).str(),
+            "tensor([[[0., 1.],\n         [2., 3.]],\n\n        [[4., 5.],\n         [6., 7.]]])");
+}
+
+// Above 1,000 elements torch shows three values at each edge of each dim.
+TEST(TensorTest, LargeTensorsPrintSummarizedLikeTorch) {
+  EXPECT_EQ(ones({1001}).str(), "tensor([1., 1., 1.,  ..., 1., 1., 1.])");
+  EXPECT_EQ(arange(1001).str(), "tensor([   0,    1,    2,  ...,  998,  999, 1000])");
+  EXPECT_EQ(ones({40, 30}).str(),
+            "tensor([[1., 1., 1.,  ..., 1., 1., 1.],\n"
+            "        [1., 1., 1.,  ..., 1., 1., 1.],\n"
+            "        [1., 1., 1.,  ..., 1., 1., 1.],\n"
+            "        ...,\n"
+            "        [1., 1., 1.,  ..., 1., 1., 1.],\n"
+            "        [1., 1., 1.,  ..., 1., 1., 1.],\n"
+            "        [1., 1., 1.,  ..., 1., 1., 1.]])");
+  EXPECT_EQ(ones({1000}).str().find("..."), std::string::npos);  // 1,000 is not above the threshold
 }
 
 // Concurrency: handles to one tensor copied and dropped on several threads; the
