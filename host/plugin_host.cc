@@ -35,6 +35,16 @@ bool isIdentifier(const QString& s) {
   return re.match(s).hasMatch();
 }
 
+}  // namespace
+
+bool isBundleName(const QString& s) { return isName(s); }
+bool isSemanticVersion(const QString& s) {
+  static const QRegularExpression semver(R"(^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)([-+][0-9A-Za-z.+-]*)?$)");
+  return semver.match(s).hasMatch();
+}
+
+namespace {
+
 // The private copies of this process's bundles (Note [The load transaction], step
 // 2), shared by its hosts so one file is mapped once. Removed when the process
 // exits: the libraries stay mapped, and Linux keeps an unlinked file's pages.
@@ -139,8 +149,7 @@ BundleFile readBundleFile(const QString& path) {
     return f;
   }
   m.name = md["name"].toString();
-  static const QRegularExpression semver(R"(^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)([-+][0-9A-Za-z.+-]*)?$)");
-  if (!md["version"].isString() || !semver.match(md["version"].toString()).hasMatch()) {
+  if (!md["version"].isString() || !isSemanticVersion(md["version"].toString())) {
     f.error = md.contains("version")
                   ? "bundle.json: \"version\" '" + md["version"].toVariant().toString() +
                         "' is not a semantic version (MAJOR.MINOR.PATCH)"

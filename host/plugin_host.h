@@ -47,6 +47,11 @@
 
 namespace strata::host {
 
+// A bundle's name (letters, digits, '_', '.', '-') and version (MAJOR.MINOR.PATCH,
+// with an optional -pre or +build suffix), as bundle.json must give them.
+bool isBundleName(const QString& s);
+bool isSemanticVersion(const QString& s);
+
 struct BundleMetadata {
   QString name;
   QVersionNumber version;

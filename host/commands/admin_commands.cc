@@ -9,10 +9,12 @@
 #include <QThread>
 #include <QTimer>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <set>
+#include <pwd.h>
 #include <unistd.h>
 
 #include "commands/commands.h"
@@ -77,10 +79,19 @@ QString storeOption(const QCommandLineParser& parser) {
 }
 QString actorOption(const QCommandLineParser& parser) {
   if (parser.isSet("actor") && !parser.value("actor").isEmpty()) return parser.value("actor");
+  // The login name: the terminal's, else $USER or $LOGNAME, else the password
+  // database's name for the uid (a service or container has no terminal); the uid
+  // only when the uid has no name.
   const char* login = ::getlogin();
   if (login != nullptr && *login != '\0') return QString::fromLocal8Bit(login);
-  const QString user = qEnvironmentVariable("USER");
-  return user.isEmpty() ? QString("uid:%1").arg(::getuid()) : user;
+  for (const char* var : {"USER", "LOGNAME"}) {
+    const QString user = qEnvironmentVariable(var);
+    if (!user.isEmpty()) return user;
+  }
+  if (const passwd* pw = ::getpwuid(::getuid()); pw != nullptr && pw->pw_name != nullptr && *pw->pw_name != '\0') {
+    return QString::fromLocal8Bit(pw->pw_name);
+  }
+  return QString("uid:%1").arg(::getuid());
 }
 
 Session::Session() = default;
@@ -238,6 +249,15 @@ int runPluginsCommand(const QStringList& args) {
       return kExitOk;
     }
     const std::string name = s(pos[0]);
+    if (!isBundleName(pos[0])) {
+      err << "error: '" << pos[0] << "' is not a bundle name (letters, digits, '_', '.', '-')\n";
+      return kExitInvalidInput;
+    }
+    if (action == "pin" && !isSemanticVersion(pos[1])) {
+      err << "error: cannot pin " << pos[0] << " to '" << pos[1]
+          << "': not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.0.0); nothing was changed\n";
+      return kExitInvalidInput;
+    }
     int64_t change = 0;
     if (action == "pin") change = store.pin(name, s(pos[1]), actor);
     else if (action == "unpin") change = store.unpin(name, actor);
@@ -293,8 +313,41 @@ int runKernelCommand(const QStringList& args) {
   const bool enable = pos[0] == "enable";
   try {
     const OperatorName op = parseOperatorName(s(pos[1]));
+    if (op.name.find("::") == std::string::npos) {
+      std::vector<std::string> known = liveOperatorNames();
+      std::vector<std::string> same;  // the ops of any namespace with this name
+      for (const auto& k : known) {
+        const std::string tail = k.substr(k.find("::") + 2);
+        if (tail == op.str() || tail.rfind(op.str() + ".", 0) == 0) same.push_back(k);
+      }
+      std::string hint;
+      for (size_t i = 0; i < same.size(); ++i) hint += (i == 0 ? "; did you mean " : i + 1 == same.size() ? " or " : ", ") + same[i];
+      STRATA_FAIL(Value, "'", op.str(), "' has no namespace: name the operator as ns::name or ns::name.overload "
+                  "(e.g. core::add.Tensor)", hint, hint.empty() ? "" : "?");
+    }
     const DispatchKey key = parseDispatchKey(s(pos[2]));
     db::Store store(s(storeOption(parser)));
+    // --wait promises "a host applied it": with no live host on this store nothing
+    // can, so say so before recording anything.
+    if (parser.isSet("wait")) {
+      bool any = false;
+      for (const auto& h : store.hosts()) any = any || hostAlive(h, store);
+      if (!any) {
+        err << "error: --wait: no live host uses the store " << storeOption(parser)
+            << "; nothing was changed (start one with 'strata serve --db " << storeOption(parser)
+            << "', or leave out --wait to record the change for hosts that start later)\n";
+        return kExitInvalidInput;
+      }
+    }
+    // An op no bundle recorded in this store (and no builtin op) is accepted, for a
+    // bundle that brings it later, with a warning saying so.
+    std::vector<std::string> known = liveOperatorNames();
+    for (const auto& o : store.operators()) known.push_back(o.name);
+    if (std::find(known.begin(), known.end(), op.str()) == known.end()) {
+      err << "warning: no loaded bundle defines " << q(op.str()) << " (as recorded in " << storeOption(parser)
+          << "); the change is kept and applies when a bundle that defines it loads"
+          << q(didYouMean(op.str(), known)) << "\n";
+    }
     const int64_t change =
         store.setKernelState(op.str(), toString(key), enable, s(parser.value("reason")), s(actorOption(parser)));
     QStringList behind;

@@ -10,6 +10,8 @@
 #include <QTextStream>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace strata::db {
 class Store;
@@ -65,6 +67,15 @@ inline int parseOrExit(QCommandLineParser& parser, const QStringList& args) {
   }
   return -1;
 }
+
+// The names among `known` a user who typed `name` most likely meant: every overload
+// of it when it names none ("core::add": core::add.Scalar, core::add.Tensor), else
+// the names within a few edits of it, closest first. Empty when nothing is close.
+std::vector<std::string> closestNames(const std::string& name, const std::vector<std::string>& known);
+// "; did you mean core::add.Scalar or core::add.Tensor?", or "" when nothing is close.
+std::string didYouMean(const std::string& name, const std::vector<std::string>& known);
+// Every live operator's qualified name, sorted.
+std::vector<std::string> liveOperatorNames();
 
 int runSchemaCommand(const QStringList& args);
 int runDemoCommand(const QStringList& args);

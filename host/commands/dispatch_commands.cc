@@ -1,4 +1,5 @@
 // strata ops / dump / call: the dispatcher from the command line.
+#include <algorithm>
 #include <QCommandLineParser>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -43,6 +44,66 @@ QJsonObject toJson(const SlotInfo& s) {
   }
   return o;
 }
+
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::vector<std::string> closestNames(const std::string& name, const std::vector<std::string>& known) {
+  std::vector<std::string> overloads;
+  for (const auto& k : known) {
+    if (k.size() > name.size() && k.compare(0, name.size(), name) == 0 && k[name.size()] == '.') overloads.push_back(k);
+  }
+  if (!overloads.empty()) return overloads;
+  // The closest names, within a quarter of the name's length (1 to 3 edits).
+  const size_t base = name.size() - std::min(name.size(), name.find("::") + 2);
+  const size_t limit = std::min<size_t>(3, std::max<size_t>(1, base / 4));
+  size_t best = limit + 1;
+  std::vector<std::string> out;
+  for (const auto& k : known) {
+    const size_t d = editDistance(name, k);
+    if (d == 0 || d > best) continue;
+    if (d < best) out.clear();
+    best = d;
+    out.push_back(k);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (out.size() > 5) out.resize(5);
+  return out;
+}
+
+std::string didYouMean(const std::string& name, const std::vector<std::string>& known) {
+  const auto close = closestNames(name, known);
+  if (close.empty()) return "";
+  std::string s = "; did you mean ";
+  for (size_t i = 0; i < close.size(); ++i) {
+    if (i > 0) s += i + 1 == close.size() ? " or " : ", ";
+    s += close[i];
+  }
+  return s + "?";
+}
+
+std::vector<std::string> liveOperatorNames() {
+  std::vector<std::string> names;
+  for (const auto& n : Dispatcher::singleton().operatorNames()) names.push_back(n.str());
+  return names;
+}
+
+namespace {
 
 QJsonObject opJson(const OperatorName& name, bool with_table) {
   Dispatcher& d = Dispatcher::singleton();
@@ -254,8 +315,9 @@ int runDumpCommand(const QStringList& args) {
   try {
     auto session = openSession(parser, true);
     const OperatorName name = parseOperatorName(parser.positionalArguments().first().toStdString());
+    STRATA_CHECK(Dispatcher::singleton().findOp(name).has_value(), NotImplemented, "no operator named ", name.str(),
+                 didYouMean(name.str(), liveOperatorNames()));
     if (parser.isSet("json")) {
-      STRATA_CHECK(Dispatcher::singleton().findOp(name).has_value(), NotImplemented, "no operator named ", name.str());
       out << QJsonDocument(opJson(name, true)).toJson(QJsonDocument::Indented);
     } else {
       out << q(Dispatcher::singleton().dump(name));
@@ -449,7 +511,11 @@ int runCallCommand(const QStringList& args) {
         if (auto h = Dispatcher::singleton().findSchema(n)) candidates.push_back(*h);
       }
     }
-    if (candidates.empty()) Dispatcher::singleton().findSchemaOrThrow(op_text);  // throws the right error
+    if (candidates.empty()) {
+      STRATA_CHECK(Dispatcher::singleton().findOp(wanted).has_value(), NotImplemented, "no operator named ",
+                   wanted.str(), didYouMean(wanted.str(), liveOperatorNames()));
+      Dispatcher::singleton().findSchemaOrThrow(op_text);  // kernels but no schema: its own error
+    }
     std::optional<OperatorHandle> chosen;
     Stack stack;
     std::string first_error;

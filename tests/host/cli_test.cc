@@ -331,6 +331,57 @@ TEST(AdminCommands, BadInputIsAClearErrorWithTheRightExitCode) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// Answers that never mislead: a toggle names a namespace, a pin a version, --wait a
+// live host; an op no bundle defines is accepted with a warning; names a user
+// types without an overload, or misspells, get the closest ones.
+TEST(AdminCommands, TogglesAndPinsCheckTheirNamesAndSayWhatWillHappen) {
+  char tmpl[] = "/tmp/strata-honest-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string db = " --db " + dir + "/s.db";
+  Result r = run("kernel disable add cpu" + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("'add' has no namespace"));
+  EXPECT_THAT(r.out, HasSubstr("did you mean core::add.Scalar or core::add.Tensor?"));
+  r = run("kernel disable acme::relu7 cpu --actor ann" + db);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("warning: no loaded bundle defines acme::relu7"));
+  EXPECT_THAT(r.out, HasSubstr("applies when a bundle that defines it loads"));
+  EXPECT_THAT(r.out, HasSubstr("disabled acme::relu7 CPU"));
+  r = run("kernel disable core::add.Tensor cpu --actor ann" + db);  // a builtin op: no warning
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("warning")));
+  r = run("kernel enable core::add.Tensor cpu --wait 1" + db);  // no host serves this store
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("--wait: no live host uses the store"));
+  EXPECT_THAT(r.out, HasSubstr("nothing was changed"));
+  r = run("audit --op core::add.Tensor" + db);
+  EXPECT_THAT(r.out, HasSubstr("kernel.disable"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("kernel.enable")));  // the refused --wait recorded nothing
+  r = run("plugins pin muladd latest" + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("cannot pin muladd to 'latest': not a semantic version"));
+  r = run("plugins pin 'mul add' 1.0.0" + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("is not a bundle name"));
+  EXPECT_EQ(run("plugins pin muladd 1.0.0" + db).status, 0);
+  // The audit log names the actor, never a bare uid when the uid has a name.
+  r = run("audit" + db, "", "env -u USER -u LOGNAME");
+  EXPECT_THAT(r.out, HasSubstr("ann"));
+  r = run("plugins unpin muladd" + db, "", "env -u USER -u LOGNAME");
+  r = run("audit --json" + db);
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("uid:")));
+  // dump and call: a name without its overload lists the overloads; a typo the closest.
+  r = run("dump core::add" + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("no operator named core::add; did you mean core::add.Scalar or core::add.Tensor?"));
+  r = run("dump core::mull.Tensor" + db);
+  EXPECT_THAT(r.out, HasSubstr("did you mean core::mul.Tensor?"));
+  r = run("call core::sine 'ones(2)'" + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("no operator named core::sine; did you mean core::sin?"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // Modes from the command line on the bundled ops: the trace prints the recorded
 // graph; the flop_counter mode a bundle brings counts by its rule for mymuladd.
 TEST(CallModes, TraceAndABundlesModeOnTheMulAddOps) {
@@ -509,7 +560,7 @@ TEST(CallVmap, ExplainNamesTheRuleOrTheFallback) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("-> Batched: kernel [boxed, owner muladd@1.1.0, vmap batching rule"));
   EXPECT_THAT(r.out, HasSubstr("vmap level 1, batch size 3: batching rule with in_dims (0, None, None), out_dims (0,)"));
-  EXPECT_THAT(r.out, HasSubstr("result:\ntensor([[3., 7.],\n        [7., 13.],\n        [11., 19.]])\n"));
+  EXPECT_THAT(r.out, HasSubstr("result:\ntensor([[ 3.,  7.],\n        [ 7., 13.],\n        [11., 19.]])\n"));
   // in_dim 1 maps a's columns; omitted trailing in_dims are None.
   r = run("call extension_cpp::mymuladd '[[1.,2.],[3.,4.]]' '[[1.,1.],[2.,2.]]' 0.0 --vmap 1,0" + opts);
   EXPECT_EQ(r.status, 0) << r.out;
@@ -535,7 +586,7 @@ TEST(CallVmap, ExplainNamesTheRuleOrTheFallback) {
   EXPECT_EQ(r.out, "tensor([[11., 12.],\n        [23., 24.]])\n");
   r = run("call core::stack '[[[1.,2.],[3.,4.]],[[5.,6.],[7.,8.]]]' dim=1 --vmap 0" + opts);
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(r.out, "tensor([[[1., 5.],\n         [2., 6.]],\n        [[3., 7.],\n         [4., 8.]]])\n");
+  EXPECT_EQ(r.out, "tensor([[[1., 5.],\n         [2., 6.]],\n\n        [[3., 7.],\n         [4., 8.]]])\n");
   // dump shows the rule; 1.0.0 has none and loops.
   r = run("dump extension_cpp::mymuladd" + opts);
   EXPECT_THAT(r.out, ::testing::ContainsRegex("Batched +boxed +owner=muladd@1.1.0 +vmap batching rule"));
@@ -548,7 +599,7 @@ TEST(CallVmap, ExplainNamesTheRuleOrTheFallback) {
   EXPECT_THAT(r.out, HasSubstr("no batching rule for extension_cpp::mymuladd; for-loop fallback, 3 calls"));
   EXPECT_THAT(r.out, HasSubstr("vmap: no batching rule for extension_cpp::mymuladd; running a slow for-loop "
                                "fallback, 3 calls"));
-  EXPECT_THAT(r.out, HasSubstr("tensor([[3., 7.],\n        [7., 13.],\n        [11., 19.]])\n"));
+  EXPECT_THAT(r.out, HasSubstr("tensor([[ 3.,  7.],\n        [ 7., 13.],\n        [11., 19.]])\n"));
   std::system(("rm -rf " + dir).c_str());
 }
 
