@@ -314,16 +314,13 @@ int runKernelCommand(const QStringList& args) {
   try {
     const OperatorName op = parseOperatorName(s(pos[1]));
     if (op.name.find("::") == std::string::npos) {
-      std::vector<std::string> known = liveOperatorNames();
-      std::vector<std::string> same;  // the ops of any namespace with this name
-      for (const auto& k : known) {
+      std::vector<std::string> same;  // the ops of any namespace with this name, and their overloads
+      for (const auto& k : liveOperatorNames()) {
         const std::string tail = k.substr(k.find("::") + 2);
         if (tail == op.str() || tail.rfind(op.str() + ".", 0) == 0) same.push_back(k);
       }
-      std::string hint;
-      for (size_t i = 0; i < same.size(); ++i) hint += (i == 0 ? "; did you mean " : i + 1 == same.size() ? " or " : ", ") + same[i];
       STRATA_FAIL(Value, "'", op.str(), "' has no namespace: name the operator as ns::name or ns::name.overload "
-                  "(e.g. core::add.Tensor)", hint, hint.empty() ? "" : "?");
+                  "(e.g. core::add.Tensor)", didYouMean(same));
     }
     const DispatchKey key = parseDispatchKey(s(pos[2]));
     db::Store store(s(storeOption(parser)));

@@ -74,6 +74,8 @@ inline int parseOrExit(QCommandLineParser& parser, const QStringList& args) {
 std::vector<std::string> closestNames(const std::string& name, const std::vector<std::string>& known);
 // "; did you mean core::add.Scalar or core::add.Tensor?", or "" when nothing is close.
 std::string didYouMean(const std::string& name, const std::vector<std::string>& known);
+// The same sentence for names already chosen ("" for none).
+std::string didYouMean(const std::vector<std::string>& names);
 // Every live operator's qualified name, sorted.
 std::vector<std::string> liveOperatorNames();
 

@@ -68,8 +68,10 @@ std::vector<std::string> closestNames(const std::string& name, const std::vector
     if (k.size() > name.size() && k.compare(0, name.size(), name) == 0 && k[name.size()] == '.') overloads.push_back(k);
   }
   if (!overloads.empty()) return overloads;
-  // The closest names, within a quarter of the name's length (1 to 3 edits).
-  const size_t base = name.size() - std::min(name.size(), name.find("::") + 2);
+  // The closest names, within a quarter of the name's length after its namespace
+  // (1 to 3 edits).
+  const size_t sep = name.find("::");
+  const size_t base = sep == std::string::npos ? name.size() : name.size() - (sep + 2);
   const size_t limit = std::min<size_t>(3, std::max<size_t>(1, base / 4));
   size_t best = limit + 1;
   std::vector<std::string> out;
@@ -86,8 +88,7 @@ std::vector<std::string> closestNames(const std::string& name, const std::vector
   return out;
 }
 
-std::string didYouMean(const std::string& name, const std::vector<std::string>& known) {
-  const auto close = closestNames(name, known);
+std::string didYouMean(const std::vector<std::string>& close) {
   if (close.empty()) return "";
   std::string s = "; did you mean ";
   for (size_t i = 0; i < close.size(); ++i) {
@@ -95,6 +96,10 @@ std::string didYouMean(const std::string& name, const std::vector<std::string>& 
     s += close[i];
   }
   return s + "?";
+}
+
+std::string didYouMean(const std::string& name, const std::vector<std::string>& known) {
+  return didYouMean(closestNames(name, known));
 }
 
 std::vector<std::string> liveOperatorNames() {

@@ -193,7 +193,7 @@ Stack FakeTensorMode::dispatch(const OperatorHandle& op, const TensorTypes& /*ty
     const bool values = op.hasTag(Tag::data_dependent_output);
     STRATA_FAIL(NotImplemented, op.name(), " is tagged ", values ? "data_dependent_output" : "dynamic_output_shape",
                 ": its output's ", values ? "values" : "shape", " depend on its inputs' data, which fake tensors do "
-                "not have, so FakeTensorMode does not run its Meta kernel. Register a fake impl that describes the "
+                "not have, so FakeTensorMode runs no Meta kernel for it. Register a fake impl that describes the "
                 "output with get_ctx().new_dynamic_size(): strata::modes::register_fake(\"", op.name(), "\", fn)");
   } else if (slot.kernel != nullptr && source == "kernel") {
     how = How::MetaKernel;
@@ -248,14 +248,13 @@ Stack FakeTensorMode::dispatch(const OperatorHandle& op, const TensorTypes& /*ty
   // thread removes it meanwhile (it stays alive until reclaimRetiredKernels): a
   // redispatch would read the table again and could find it gone.
   const KernelFunction& kernel = *slot.kernel;
+  const DispatchKeySet meta(DispatchKey::Meta);
   auto run = [&] {
-    const DispatchKeySet meta(DispatchKey::Meta);
+    std::optional<strata::detail::TraceScope> traced;  // explain shows the step as a redispatch would
     if (__builtin_expect(strata::detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0, 0)) {
-      strata::detail::TraceScope scope(op, meta, /*redispatch=*/true, /*boxed=*/true);
-      kernel.callBoxed(op, meta, args);
-    } else {
-      kernel.callBoxed(op, meta, args);
+      traced.emplace(op, meta, /*redispatch=*/true, /*boxed=*/true);
     }
+    kernel.callBoxed(op, meta, args);
   };
   FakingScope faking(&op);
   if (how == How::MetaKernel) {

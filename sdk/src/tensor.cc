@@ -42,27 +42,14 @@ size_t requiredStorageBytes(IntArrayRef sizes, IntArrayRef strides, int64_t stor
   int64_t last = 0;
   bool empty = false;  // a 0 size: no bytes, once every size is checked
   for (size_t d = 0; d < sizes.size(); ++d) {
-    if (__builtin_expect(sizes[d] < 0 || strides[d] < 0, 0)) {
-      const bool sym_size = sym::isSymbolic(sizes[d]), sym_stride = sym::isSymbolic(strides[d]);
-      if (sym_size || sym_stride) {
-        symbolic = true;
-        STRATA_CHECK(sym_size || sizes[d] >= 0, Value, "negative size ", sizes[d], " in ", shapeStr(sizes));
-        STRATA_CHECK(sym_stride || strides[d] >= 0, Value, "negative stride ", strides[d], " in ", shapeStr(strides),
-                     " is not supported");
-        continue;
-      }
-    }
-    if (symbolic) {
-      STRATA_CHECK(sizes[d] >= 0, Value, "negative size ", sizes[d], " in ", shapeStr(sizes));
-      STRATA_CHECK(strides[d] >= 0, Value, "negative stride ", strides[d], " in ", shapeStr(strides),
-                   " is not supported");
-      continue;
-    }
-    STRATA_CHECK(sizes[d] >= 0, Value, "negative size ", sizes[d], " in ", shapeStr(sizes));
-    STRATA_CHECK(strides[d] >= 0, Value, "negative stride ", strides[d], " in ", shapeStr(strides),
+    const bool sym_size = sizes[d] < 0 && sym::isSymbolic(sizes[d]);
+    const bool sym_stride = strides[d] < 0 && sym::isSymbolic(strides[d]);
+    STRATA_CHECK(sym_size || sizes[d] >= 0, Value, "negative size ", sizes[d], " in ", shapeStr(sizes));
+    STRATA_CHECK(sym_stride || strides[d] >= 0, Value, "negative stride ", strides[d], " in ", shapeStr(strides),
                  " is not supported");
-    if (sizes[d] == 0) empty = true;
-    if (empty) continue;
+    symbolic = symbolic || sym_size || sym_stride;
+    empty = empty || sizes[d] == 0;
+    if (symbolic || empty) continue;
     int64_t span = 0;
     STRATA_CHECK(!__builtin_mul_overflow(sizes[d] - 1, strides[d], &span) &&
                      !__builtin_add_overflow(last, span, &last),
@@ -82,6 +69,10 @@ size_t requiredStorageBytes(IntArrayRef sizes, IntArrayRef strides, int64_t stor
 
 namespace {
 
+// Symbolic: with symbolic sizes (Note [Symbolic sizes]) the strides multiply as
+// expressions, and a symbol is taken to be neither 0 nor 1, as PyTorch's
+// size-oblivious checks do. Concrete tensors use the plain multiply.
+template <bool Symbolic>
 bool computeContiguous(IntArrayRef sizes, IntArrayRef strides) {
   int64_t expected = 1;
   for (size_t i = sizes.size(); i > 0; --i) {
@@ -89,21 +80,7 @@ bool computeContiguous(IntArrayRef sizes, IntArrayRef strides) {
     if (sizes[d] == 0) return true;
     if (sizes[d] == 1) continue;
     if (strides[d] != expected) return false;
-    expected *= sizes[d];
-  }
-  return true;
-}
-
-// The same with symbolic sizes (Note [Symbolic sizes]): a symbol is taken to be
-// neither 0 nor 1, as PyTorch's size-oblivious checks do.
-bool computeContiguousSymbolic(IntArrayRef sizes, IntArrayRef strides) {
-  int64_t expected = 1;
-  for (size_t i = sizes.size(); i > 0; --i) {
-    const size_t d = i - 1;
-    if (sizes[d] == 0) return true;
-    if (sizes[d] == 1) continue;
-    if (strides[d] != expected) return false;
-    expected = sym::mul(expected, sizes[d]);
+    expected = Symbolic ? sym::mul(expected, sizes[d]) : expected * sizes[d];
   }
   return true;
 }
@@ -146,7 +123,7 @@ TensorImpl::TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, Int
                  " are symbolic, which only a tensor without data (meta, fake) may have; this one is on ",
                  storage_->device().str());
     numel_ = sym::product(sizes_);
-    is_contiguous_ = computeContiguousSymbolic(sizes_, strides_);
+    is_contiguous_ = computeContiguous<true>(sizes_, strides_);
     key_set_ = computeKeySet(storage_->device(), false);
     return;
   }
@@ -155,7 +132,7 @@ TensorImpl::TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, Int
                " bytes but the storage has ", storage_->nbytes());
   numel_ = 1;
   for (int64_t s : sizes_) numel_ *= s;  // cannot overflow: requiredStorageBytes checked the span
-  is_contiguous_ = computeContiguous(sizes_, strides_);
+  is_contiguous_ = computeContiguous<false>(sizes_, strides_);
   key_set_ = computeKeySet(storage_->device(), false);
 }
 
@@ -174,11 +151,11 @@ TensorImpl::TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, Int
   STRATA_INTERNAL_ASSERT(sizes_.size() == strides_.size(), "a wrapper's sizes and strides differ in length");
   if (sym::anySymbolic(sizes_) || sym::anySymbolic(strides_)) {
     numel_ = sym::product(sizes_);
-    is_contiguous_ = computeContiguousSymbolic(sizes_, strides_);
+    is_contiguous_ = computeContiguous<true>(sizes_, strides_);
   } else {
     numel_ = 1;
     for (int64_t s : sizes_) numel_ *= s;
-    is_contiguous_ = computeContiguous(sizes_, strides_);
+    is_contiguous_ = computeContiguous<false>(sizes_, strides_);
   }
   key_set_ = computeKeySet(storage_->device(), false) | layer_keys;
 }

@@ -368,7 +368,9 @@ TEST(AdminCommands, TogglesAndPinsCheckTheirNamesAndSayWhatWillHappen) {
   r = run("audit" + db, "", "env -u USER -u LOGNAME");
   EXPECT_THAT(r.out, HasSubstr("ann"));
   r = run("plugins unpin muladd" + db, "", "env -u USER -u LOGNAME");
+  EXPECT_EQ(r.status, 0) << r.out;
   r = run("audit --json" + db);
+  EXPECT_THAT(r.out, HasSubstr("bundle.unpin"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("uid:")));
   // dump and call: a name without its overload lists the overloads; a typo the closest.
   r = run("dump core::add" + db);
