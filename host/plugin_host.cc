@@ -503,6 +503,25 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
     if (!why.isEmpty()) registrar->clear();  // before the batch ends: calls never see it
   }
   if (!why.isEmpty()) return reject(why);
+  // serve --check: opcheck and gradcheck on the samples the bundle ships, now that its
+  // tables are published (the checks call its ops through the dispatcher).
+  QString check_note;
+  if (check_ != CheckPolicy::off) {
+    const std::vector<modes::CheckRow> rows = checkOwnedOps(registrar->owner());
+    const QString failure = firstFailure(rows);
+    size_t ran = 0;
+    for (const auto& r : rows) ran += r.skipped ? 0 : 1;
+    if (!failure.isEmpty() && check_ == CheckPolicy::enforce) {
+      {
+        RegistrationBatch batch;
+        registrar->clear();
+      }
+      return reject("strata check failed: " + failure);
+    }
+    check_note = failure.isEmpty() ? QString("strata check passed: %1 test(s)").arg(ran)
+                                   : "strata check failed: " + failure;
+    if (!failure.isEmpty()) qCWarning(lcHost).noquote() << m.name + "@" + m.version_text << check_note;
+  }
   Loaded l;
   l.name = m.name;
   l.version = m.version_text;
@@ -512,11 +531,32 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
   l.implements = m.implements;
   l.registrar = std::move(registrar);
   l.seq = ++load_seq_;
-  record(f, "loaded", "");
+  record(f, "loaded", check_note);
   recordRegistrations(l);
   qCInfo(lcHost).noquote() << "loaded" << m.name + "@" + m.version_text << "from" << f.path;
   loaded_[m.name] = std::move(l);
   return true;
+}
+
+std::vector<modes::CheckRow> checkOwnedOps(const std::string& owner) {
+  std::vector<modes::CheckRow> rows;
+  Dispatcher& d = Dispatcher::singleton();
+  for (const OperatorName& n : d.operatorNames()) {
+    bool has = false;
+    for (const RuleInfo& r : d.rules(n)) has = has || (r.kind == "sample_inputs" && (owner.empty() || r.owner == owner));
+    if (!has) continue;
+    auto h = d.findSchema(n);
+    if (!h) continue;
+    for (auto& row : modes::check_op(*h)) rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+QString firstFailure(const std::vector<modes::CheckRow>& rows) {
+  for (const auto& r : rows) {
+    if (!r.passed) return q(r.op) + " " + q(r.test) + (r.sample.empty() ? "" : " (" + q(r.sample) + ")") + ": " + q(r.reason);
+  }
+  return "";
 }
 
 void PluginHost::recordRegistrations(const Loaded& l) {

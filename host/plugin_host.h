@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "strata/db/store.h"
+#include "strata/modes/opcheck.h"
 #include "strata/plugin.h"
 
 namespace strata::host {
@@ -80,12 +81,24 @@ QString defaultPluginDir();
 // The store: --db, else STRATA_DB, else strata.db in the working directory.
 QString defaultStorePath();
 
+// Runs opcheck and gradcheck (strata::modes::check_op) on the sample inputs every op
+// has whose samples `owner` registered ("name@version"; empty: every owner).
+std::vector<modes::CheckRow> checkOwnedOps(const std::string& owner);
+// "core::x test_schema (sample 0): why" for the first failed row, "" when none failed.
+QString firstFailure(const std::vector<modes::CheckRow>& rows);
+
+// What a host does with a bundle's sample inputs as it loads it (serve --check):
+// nothing; check and record the result in the store; or also reject a bundle that fails.
+enum class CheckPolicy { off, record, enforce };
+
 class PluginHost : public QObject {
   Q_OBJECT
 
  public:
   PluginHost(QString plugin_dir, db::Store* store, QObject* parent = nullptr);
   ~PluginHost() override;
+
+  void setCheckPolicy(CheckPolicy p) { check_ = p; }
 
   // Applies the store's kernel states, then brings the loaded bundles in line with
   // the directory, the pins and the disabled bundles. Returns what changed, for logs.
@@ -126,6 +139,7 @@ class PluginHost : public QObject {
   int64_t data_version_ = -1;
   int64_t last_applied_ = 0;
   uint64_t load_seq_ = 0;
+  CheckPolicy check_ = CheckPolicy::off;
 };
 
 }  // namespace strata::host

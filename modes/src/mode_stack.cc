@@ -13,6 +13,7 @@
 #include "strata/modes/log_mode.h"
 #include "strata/modes/trace_mode.h"
 #include "registered_at.h"
+#include "autograd_internal.h"
 #include "vmap_internal.h"
 
 namespace strata::modes {
@@ -166,6 +167,8 @@ struct Runtime {
   RegistrationHandleRAII vmap_fallback;
   RegistrationHandleRAII fake_fallback;
   std::vector<RegistrationHandleRAII> batching_rules;
+  RegistrationHandleRAII autograd_fallback;
+  std::vector<RegistrationHandleRAII> autograd_formulas;
   Runtime() {
     RegistrationOwnerGuard owner("builtin");
     const auto here = std::source_location::current();
@@ -188,6 +191,8 @@ struct Runtime {
         "fake", "FakeTensorMode: ops run their fake implementations on tensors without data",
         [] { return std::make_shared<FakeTensorMode>(); }, where(here)));
     detail::registerCoreBatchingRules(batching_rules);
+    autograd_fallback = detail::registerAutogradFallback();
+    detail::registerCoreFormulas(autograd_formulas);
   }
 };
 

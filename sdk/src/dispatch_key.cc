@@ -47,6 +47,7 @@ DispatchKey parseDispatchKey(std::string_view name) {
   if (name == "default") return DispatchKey::CompositeExplicitAutograd;
   if (name == "batched" || name == "vmap") return DispatchKey::Batched;
   if (name == "fake") return DispatchKey::Fake;
+  if (name == "autograd") return DispatchKey::Autograd;  // every Autograd<Backend> key, as torch.library
   // A layer's key of a device type: "autocast:cpu", "autograd:cuda".
   if (const size_t colon = name.find(':'); colon != std::string_view::npos) {
     const std::string_view layer = name.substr(0, colon), device = name.substr(colon + 1);

@@ -1,6 +1,7 @@
 #include "strata/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <numeric>
 #include <sstream>
@@ -161,6 +162,15 @@ TensorImpl::TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, Int
 }
 
 TensorWrapper::~TensorWrapper() = default;
+AutogradMetaInterface::~AutogradMetaInterface() = default;
+AutogradHooks::~AutogradHooks() = default;
+
+namespace {
+std::atomic<const AutogradHooks*> g_autograd_hooks{nullptr};
+}  // namespace
+
+void setAutogradHooks(const AutogradHooks* hooks) { g_autograd_hooks.store(hooks, std::memory_order_release); }
+const AutogradHooks* autogradHooks() { return g_autograd_hooks.load(std::memory_order_acquire); }
 
 void TensorImpl::set_requires_grad(bool r) {
   STRATA_CHECK(!r || isFloatingType(dtype_), Type,
@@ -191,8 +201,60 @@ int64_t Tensor::stride(int64_t dim) const {
 
 const Tensor& Tensor::set_requires_grad(bool r) const {
   impl();  // throws on an undefined tensor
+  if (!r && !is_leaf()) {
+    STRATA_FAIL(Value, "you can only change requires_grad flags of leaf variables (this tensor was made by ",
+                grad_fn_name(), "). If you want to use a computed variable in a subgraph that doesn't require "
+                "differentiation use var_no_grad = var.detach()");
+  }
   impl_->set_requires_grad(r);
+  if (r) {
+    if (const AutogradHooks* h = autogradHooks()) h->onRequiresGrad();
+  }
   return *this;
+}
+
+Tensor Tensor::grad() const {
+  const AutogradMetaInterface* m = impl().autograd_meta();
+  return m != nullptr ? m->grad() : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& grad) const {
+  AutogradMetaInterface* m = impl().autograd_meta();
+  if (grad.defined()) {
+    STRATA_CHECK(std::equal(grad.sizes().begin(), grad.sizes().end(), sizes().begin(), sizes().end()), Value,
+                 "assigned grad has data of a different size: the tensor has sizes ", detail::shapeStr(sizes()),
+                 ", the grad ", detail::shapeStr(grad.sizes()));
+  }
+  if (m == nullptr) {
+    STRATA_CHECK(!grad.defined(), NotImplemented, "set_grad: this tensor has no autograd metadata and no autograd "
+                 "layer gave it any; link strata::modes and make the tensor require grad first");
+    return;
+  }
+  m->set_grad(grad);
+}
+
+bool Tensor::is_leaf() const {
+  const AutogradMetaInterface* m = impl().autograd_meta();
+  return m == nullptr || m->is_leaf();
+}
+
+std::string Tensor::grad_fn_name() const {
+  const AutogradMetaInterface* m = impl().autograd_meta();
+  return m != nullptr ? m->grad_fn_name() : std::string();
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  impl();
+  const AutogradHooks* h = autogradHooks();
+  STRATA_CHECK(h != nullptr, NotImplemented, "backward(): no autograd layer is linked into this program; link "
+               "strata::modes (strata/modes/autograd.h)");
+  h->backward(*this, gradient, retain_graph, create_graph);
+}
+
+Tensor Tensor::detach() const {
+  const TensorImpl& t = impl();
+  if (t.wrapper() != nullptr) throwWrapper("detach()");
+  return Tensor(make_intrusive<TensorImpl>(storage(), dtype(), sizes(), strides(), storage_offset()));
 }
 
 void* Tensor::data_ptr() const {
@@ -210,12 +272,15 @@ void* Tensor::data_ptr() const {
 // --- Views -------------------------------------------------------------------
 
 Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<int64_t> offset) const {
-  if (__builtin_expect(wrapper() != nullptr, 0)) throwWrapper("as_strided()");
-  auto impl = make_intrusive<TensorImpl>(storage(), dtype(), std::vector<int64_t>(sizes.begin(), sizes.end()),
-                                         std::vector<int64_t>(strides.begin(), strides.end()),
-                                         offset.value_or(storage_offset()));
-  if (requires_grad()) impl->set_requires_grad(true);
-  return Tensor(std::move(impl));
+  if (__builtin_expect(viaOps(), 0)) {
+    if (wrapper() != nullptr) throwWrapper("as_strided()");
+    STRATA_FAIL(Value, "as_strided() of a tensor that requires grad: Strata's autograd has no formula for an "
+                "arbitrary strided view; use the view ops (view, transpose, select, narrow, permute, ...), or "
+                "detach() the tensor first");
+  }
+  // A view does not inherit requires_grad: below autograd it is plain data, and the
+  // autograd layer marks the views it records (Note [Autograd metadata]).
+  return Tensor(make_intrusive<TensorImpl>(storage(), dtype(), sizes, strides, offset.value_or(storage_offset())));
 }
 
 namespace {
@@ -254,7 +319,7 @@ std::vector<int64_t> inferSize(IntArrayRef sizes, int64_t numel) {
 }  // namespace
 
 Tensor Tensor::view(IntArrayRef sizes) const {
-  if (__builtin_expect(wrapper() != nullptr, 0)) return ops::view(*this, {sizes.begin(), sizes.end()});
+  if (viaOps()) return ops::view(*this, {sizes.begin(), sizes.end()});
   std::vector<int64_t> shape = inferSize(sizes, numel());
   STRATA_CHECK(is_contiguous(), Value, "view size ", detail::shapeStr(shape),
                " is not compatible with a non-contiguous tensor of sizes ", detail::shapeStr(this->sizes()),
@@ -264,12 +329,12 @@ Tensor Tensor::view(IntArrayRef sizes) const {
 }
 
 Tensor Tensor::reshape(IntArrayRef sizes) const {
-  if (__builtin_expect(wrapper() != nullptr, 0)) return ops::reshape(*this, {sizes.begin(), sizes.end()});
+  if (viaOps()) return ops::reshape(*this, {sizes.begin(), sizes.end()});
   return is_contiguous() ? view(sizes) : contiguous().view(sizes);
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
-  if (__builtin_expect(wrapper() != nullptr, 0)) return ops::transpose(*this, dim0, dim1);
+  if (viaOps()) return ops::transpose(*this, dim0, dim1);
   std::vector<int64_t> perm(static_cast<size_t>(dim()));
   std::iota(perm.begin(), perm.end(), 0);
   if (dim() == 0) return *this;
@@ -278,7 +343,10 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 }
 
 Tensor Tensor::permute(IntArrayRef dims) const {
-  if (__builtin_expect(wrapper() != nullptr, 0)) throwWrapper("permute()");
+  if (viaOps()) {
+    if (wrapper() != nullptr) throwWrapper("permute()");
+    return ops::permute(*this, std::vector<int64_t>(dims.begin(), dims.end()));
+  }
   STRATA_CHECK(static_cast<int64_t>(dims.size()) == dim(), Value, "permute(", detail::shapeStr(dims),
                "): the number of dims does not match the tensor's ", dim());
   std::vector<int64_t> sizes(dims.size()), strides(dims.size());
@@ -292,6 +360,17 @@ Tensor Tensor::permute(IntArrayRef dims) const {
   }
   return as_strided(sizes, strides);
 }
+
+namespace {
+[[noreturn]] void throwRoutedSliceStep(const Tensor& t) {
+  if (t.wrapper() != nullptr) {
+    STRATA_FAIL(Value, "slice() with a step needs a tensor's data, and ", t.wrapper()->what(),
+                " has none of its own; use narrow() (core::narrow), which its layer handles");
+  }
+  STRATA_FAIL(Value, "slice() with a step of a tensor that requires grad: Strata's autograd differentiates "
+              "narrow() (step 1) but not a strided slice; detach() the tensor first or use narrow()");
+}
+}  // namespace
 
 Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) const {
   STRATA_CHECK(this->dim() > 0, Index, "slice() cannot be applied to a 0-d tensor");
@@ -308,8 +387,8 @@ Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) cons
       end = n;
     }
     STRATA_CHECK(sym::le(start, end, "slice()'s start bound"), Value, "slice start ", start, " is past the end");
-    if (__builtin_expect(wrapper() != nullptr, 0)) {
-      if (step != 1) throwWrapper("slice() with a step");
+    if (viaOps()) {
+      if (step != 1) throwRoutedSliceStep(*this);
       return ops::narrow(*this, d, start, sym::sub(end, start));
     }
     STRATA_CHECK(step == 1, Value, "slice() with a step over the symbolic dim ", sym::str(n), " is not supported");
@@ -321,8 +400,8 @@ Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) cons
   auto clamp = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
   start = clamp(start);
   end = std::max(clamp(end), start);
-  if (__builtin_expect(wrapper() != nullptr, 0)) {
-    if (step != 1) throwWrapper("slice() with a step");
+  if (viaOps()) {
+    if (step != 1) throwRoutedSliceStep(*this);
     return ops::narrow(*this, d, start, end - start);
   }
   std::vector<int64_t> sizes(this->sizes().begin(), this->sizes().end());
@@ -335,7 +414,7 @@ Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) cons
 }
 
 Tensor Tensor::select(int64_t dim, int64_t index) const {
-  if (__builtin_expect(wrapper() != nullptr, 0)) return ops::select(*this, dim, index);
+  if (viaOps()) return ops::select(*this, dim, index);
   STRATA_CHECK(this->dim() > 0, Index, "select() cannot be applied to a 0-d tensor");
   const int64_t d = detail::wrapDim(dim, this->dim());
   const int64_t n = sizes()[d];
@@ -360,7 +439,7 @@ Tensor Tensor::select(int64_t dim, int64_t index) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t dim) const {
-  if (__builtin_expect(wrapper() != nullptr, 0)) return ops::unsqueeze(*this, dim);
+  if (viaOps()) return ops::unsqueeze(*this, dim);
   const int64_t d = detail::wrapDim(dim, this->dim() + 1);
   std::vector<int64_t> sizes(this->sizes().begin(), this->sizes().end());
   std::vector<int64_t> strides(this->strides().begin(), this->strides().end());

@@ -100,7 +100,7 @@ bool sameDevice(Device have, Device want) {
 
 const Tensor& Tensor::copy_(const Tensor& src) const {
   STRATA_CHECK(defined() && src.defined(), Value, "copy_: both tensors must be defined");
-  if (__builtin_expect(wrapper() != nullptr || src.wrapper() != nullptr, 0)) {
+  if (viaOps() || src.viaOps()) {
     Tensor self = *this;
     ops::copy_(self, src);
     return *this;
@@ -109,6 +109,7 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
                "copy_: destination sizes ", detail::shapeStr(sizes()), " differ from source sizes ",
                detail::shapeStr(src.sizes()));
   if (is_meta()) return *this;  // a meta tensor has no data to write
+  storage()->bump_version();  // Note [Version counters] in modes/autograd.h
   STRATA_CHECK(!src.is_meta(), Device,
                "cannot copy out of a meta tensor into a ", device().str(), " tensor: meta tensors have no data");
   if (numel() == 0) return *this;
@@ -134,8 +135,15 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
 }
 
 const Tensor& Tensor::fill_(const Scalar& value) const {
-  if (__builtin_expect(wrapper() != nullptr, 0)) throwWrapper("fill_()");
+  if (viaOps()) {
+    if (wrapper() != nullptr) throwWrapper("fill_()");
+    STRATA_CHECK(!is_leaf(), Value, "a leaf Variable that requires grad is being used in an in-place operation "
+                 "(fill_)");
+    STRATA_FAIL(Value, "fill_() of a tensor that requires grad (made by ", grad_fn_name(), "): Strata's autograd "
+                "does not differentiate fill_; use copy_ from a full() tensor, or detach() first");
+  }
   if (is_meta() || numel() == 0) return *this;
+  storage()->bump_version();  // Note [Version counters] in modes/autograd.h
   if (is_cuda() && is_contiguous()) {
     STRATA_DISPATCH_ALL_TYPES(dtype(), "fill_", [&] {
       const scalar_t v = value.to<scalar_t>();
@@ -159,27 +167,29 @@ const Tensor& Tensor::fill_(const Scalar& value) const {
 }
 
 Tensor Tensor::contiguous() const {
-  if (__builtin_expect(wrapper() != nullptr, 0)) return ops::contiguous(*this);
+  if (viaOps()) return ops::contiguous(*this);
   return is_contiguous() ? *this : clone();
 }
 
 Tensor Tensor::clone() const {
-  if (__builtin_expect(wrapper() != nullptr, 0)) return ops::clone(*this);
+  if (viaOps()) return ops::clone(*this);
   Tensor out = empty(sizes(), TensorOptions(dtype()).with_device(device()));
   out.copy_(*this);
-  if (requires_grad()) out.set_requires_grad(true);
   return out;
 }
 
 Tensor Tensor::to(Device device, ScalarType dtype) const {
-  if (__builtin_expect(wrapper() != nullptr, 0)) {
-    if (!sameDevice(this->device(), device)) throwWrapper("to(Device)");
+  if (viaOps()) {
+    if (!sameDevice(this->device(), device)) {
+      if (wrapper() != nullptr) throwWrapper("to(Device)");
+      STRATA_FAIL(Value, "to(", device.str(), ") of a tensor that requires grad: Strata's autograd does not "
+                  "differentiate a device move; detach() first, or move the leaf before it requires grad");
+    }
     return ops::to(*this, dtype);
   }
   if (sameDevice(this->device(), device) && dtype == this->dtype()) return *this;
   Tensor out = empty(sizes(), TensorOptions(dtype).with_device(device));
   out.copy_(*this);
-  if (requires_grad() && isFloatingType(dtype)) out.set_requires_grad(true);
   return out;
 }
 Tensor Tensor::to(Device device) const { return to(device, dtype()); }

@@ -75,7 +75,9 @@ std::string Tensor::str() const {
     suffix += std::string(", dtype=") + toString(dtype());
   }
   if (!is_cpu()) suffix = ", device='" + device().str() + "'" + suffix;
-  if (requires_grad()) suffix += ", requires_grad=True";
+  // As torch: a result of a differentiable op names its node, a leaf says it requires grad.
+  if (const std::string fn = grad_fn_name(); !fn.empty()) suffix += ", grad_fn=<" + fn + ">";
+  else if (requires_grad()) suffix += ", requires_grad=True";
   if (is_meta() || fake) {
     // A fake tensor prints as PyTorch prints one: FakeTensor(..., size=(2, 3)), its
     // device and dtype when they are not the defaults; sizes may be symbolic (u0).
@@ -85,7 +87,8 @@ std::string Tensor::str() const {
     return os.str();
   }
   const bool floating = isFloatingType(dtype());
-  const Tensor host = to(kCPU).contiguous().to(floating ? ScalarType::Double : ScalarType::Long);
+  const Tensor data = requires_grad() ? detach() : *this;  // printing is not part of the graph
+  const Tensor host = data.to(kCPU).contiguous().to(floating ? ScalarType::Double : ScalarType::Long);
   Formatter fmt;
   if (floating) {
     const double* values = host.data_ptr<double>();

@@ -81,6 +81,8 @@ STRATA_API Tensor matmul(const Tensor& self, const Tensor& other);
 STRATA_API Tensor t(const Tensor& self);
 STRATA_API Tensor transpose(const Tensor& self, int64_t dim0, int64_t dim1);
 STRATA_API Tensor movedim(const Tensor& self, int64_t source, int64_t destination);
+// dims: a permutation of the tensor's dims (torch.permute).
+STRATA_API Tensor permute(const Tensor& self, const std::vector<int64_t>& dims);
 STRATA_API Tensor unsqueeze(const Tensor& self, int64_t dim);
 STRATA_API Tensor squeeze(const Tensor& self);
 STRATA_API Tensor squeeze(const Tensor& self, int64_t dim);

@@ -5,7 +5,9 @@
 // they allocated; storage imported from DLPack calls the producer's deleter.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 #include "strata/device.h"
 #include "strata/export.h"
@@ -34,10 +36,18 @@ class STRATA_API StorageImpl final : public intrusive_ptr_target {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  // The version counter autograd checks saved tensors against (Note [Version
+  // counters] in modes/autograd.h): every in-place write to the memory bumps it, so
+  // all views of a storage share one count. Relaxed: a write racing a read of the
+  // same data is a data race anyway.
+  uint32_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() const { version_.fetch_add(1, std::memory_order_relaxed); }
+
  private:
   DataPtr ptr_;
   size_t nbytes_;
   Device device_;
+  mutable std::atomic<uint32_t> version_{0};
 };
 
 using Storage = intrusive_ptr<StorageImpl>;

@@ -29,6 +29,7 @@
 #include "strata/error.h"
 #include "strata/export.h"
 #include "strata/intrusive_ptr.h"
+#include "strata/local_dispatch_key_set.h"
 #include "strata/scalar.h"
 #include "strata/scalar_type.h"
 #include "strata/storage.h"
@@ -65,6 +66,34 @@ class STRATA_API TensorWrapper : public intrusive_ptr_target {
   // Its printed form: "BatchedTensor(lvl=3, bdim=0, value=tensor([...]))".
   virtual std::string str() const = 0;
 };
+
+// What the autograd layer (strata/modes/autograd.h) keeps on a tensor: its grad, and
+// for a result of a differentiable op, the graph node that made it. The SDK only
+// holds it (Note [Autograd metadata] in modes/autograd.h); a tensor that never took
+// part in autograd has none.
+class STRATA_API AutogradMetaInterface {
+ public:
+  virtual ~AutogradMetaInterface();
+  // No grad_fn: made by the user, not by a differentiable op.
+  virtual bool is_leaf() const = 0;
+  virtual Tensor grad() const = 0;
+  virtual void set_grad(const Tensor& grad) = 0;
+  // "MulBackward0"-like name of the node that made the tensor; "" for a leaf.
+  virtual std::string grad_fn_name() const = 0;
+};
+
+// How the SDK reaches the autograd layer, which lives above it: the layer installs
+// its hooks when its library loads. Null when no autograd layer is linked.
+class STRATA_API AutogradHooks {
+ public:
+  virtual ~AutogradHooks();
+  // A tensor was just marked requires_grad: the layer makes sure its kernels are
+  // registered before the tensor reaches an op.
+  virtual void onRequiresGrad() const = 0;
+  virtual void backward(const Tensor& root, const Tensor& gradient, bool retain_graph, bool create_graph) const = 0;
+};
+STRATA_API void setAutogradHooks(const AutogradHooks* hooks);
+STRATA_API const AutogradHooks* autogradHooks();
 
 // A tensor's sizes or strides: up to kInline dims in place, more on the heap, so
 // making a tensor of up to 5 dims allocates nothing for them.
@@ -116,7 +145,12 @@ class STRATA_API TensorImpl final : public intrusive_ptr_target {
   // The layer's data of a wrapper tensor; null for a plain tensor.
   TensorWrapper* wrapper() const { return wrapper_.get(); }
 
+  // Sets the flag and the autograd key; no other check (Tensor::set_requires_grad
+  // has the user-facing ones).
   void set_requires_grad(bool r);
+  // Note [Autograd metadata]. Null until the autograd layer gives the tensor some.
+  AutogradMetaInterface* autograd_meta() const { return autograd_meta_.get(); }
+  void set_autograd_meta(std::unique_ptr<AutogradMetaInterface> meta) { autograd_meta_ = std::move(meta); }
 
  private:
   Storage storage_;
@@ -132,6 +166,7 @@ class STRATA_API TensorImpl final : public intrusive_ptr_target {
   // | layer_keys_.
   DispatchKeySet key_set_;
   DispatchKeySet layer_keys_;
+  std::unique_ptr<AutogradMetaInterface> autograd_meta_;
 };
 
 struct TensorOptions {
@@ -184,8 +219,30 @@ class STRATA_API Tensor {
   TensorWrapper* wrapper() const { return impl().wrapper(); }
   bool requires_grad() const { return impl().requires_grad(); }
   // Sets requires_grad and with it the autograd key; only floating dtypes may
-  // require grad (Error(Type) otherwise). Returns *this.
+  // require grad (Error(Type) otherwise), and only a leaf's flag may be cleared
+  // (Error(Value): a computed tensor needs detach()). Returns *this.
   const Tensor& set_requires_grad(bool r) const;
+  const Tensor& requires_grad_(bool r = true) const { return set_requires_grad(r); }
+
+  // --- Autograd (the layer is strata/modes/autograd.h). ---
+  // The gradient backward() accumulated into this leaf; undefined when none.
+  Tensor grad() const;
+  // Replaces (or, with an undefined tensor, clears) the accumulated gradient, as
+  // `x.grad = None` does. Error(Value) when its sizes differ from the tensor's.
+  void set_grad(const Tensor& grad) const;
+  // True unless the tensor is the result of a differentiable op that recorded it.
+  bool is_leaf() const;
+  // The name of the node that made it ("MulBackward0"-like), "" for a leaf.
+  std::string grad_fn_name() const;
+  // torch.Tensor.backward: backward({*this}, {gradient}). gradient may be undefined
+  // only for a one-element tensor. Error(NotImplemented) when no autograd layer is
+  // linked (strata::modes).
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
+  // The same data, outside autograd: shares storage (and so the version counter),
+  // does not require grad, has no grad_fn.
+  Tensor detach() const;
+  // The storage's version counter (Note [Version counters] in modes/autograd.h).
+  uint32_t _version() const { return storage()->version(); }
   const Storage& storage() const { return impl().storage(); }
   // True when both share one storage.
   bool is_alias_of(const Tensor& other) const { return storage().get() == other.storage().get(); }
@@ -206,7 +263,7 @@ class STRATA_API Tensor {
   // The elements in row-major order, copied to the host. T must be the dtype.
   template <typename T>
   std::vector<T> to_vector() const {
-    const Tensor c = to(kCPU).contiguous();
+    const Tensor c = (requires_grad() ? detach() : *this).to(kCPU).contiguous();
     const T* p = c.data_ptr<T>();
     return std::vector<T>(p, p + c.numel());
   }
@@ -263,6 +320,16 @@ class STRATA_API Tensor {
   }
   [[noreturn]] static void throwUndefined();
   [[noreturn]] void throwWrapper(const char* method) const;
+  // Whether a method that has a core:: op must call it rather than compute here: a
+  // wrapper (Note [Wrapper tensors]), or a tensor whose autograd key is live, so
+  // autograd records the method as it records the op (Note [Autograd metadata]).
+  // Plain tensors pay one load and branch.
+  bool viaOps() const {
+    const TensorImpl& t = impl();
+    return __builtin_expect(t.wrapper() != nullptr ||
+                                (t.key_set().raw() & kAutogradKeys.raw() & ~detail::tls_local_dispatch_key_set.excluded) != 0,
+                            0);
+  }
   intrusive_ptr<TensorImpl> impl_;
 };
 

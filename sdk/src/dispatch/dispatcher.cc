@@ -300,7 +300,9 @@ struct Dispatcher::Impl {
   };
   // Keyed by the name itself, so a lookup builds no string.
   std::unordered_map<OperatorName, std::unique_ptr<OperatorEntry>, NameHash> ops;  // never erased
-  std::array<std::shared_ptr<KernelRecord>, kNumRuntimeKeySlots> fallbacks;
+  // Per key, oldest first; the newest serves (a layer's fallback registered with
+  // allow_override shadows the builtin fallthrough until it goes).
+  std::array<std::vector<std::shared_ptr<KernelRecord>>, kNumRuntimeKeySlots> fallbacks;
   std::set<std::pair<std::string, DispatchKey>> disabled;  // (op, key) pairs switched off
   std::map<std::string, std::string> def_libraries;              // ns -> where
   std::vector<std::shared_ptr<KernelRecord>> retired;
@@ -357,7 +359,7 @@ struct Dispatcher::Impl {
     if (is_autograd) {
       if (auto r = top(e, DK::Autograd)) return {"autograd kernel", r};
     }
-    if (const auto& fb = fallbacks[static_cast<size_t>(k)]) return {"backend fallback", fb};
+    if (const auto& fbs = fallbacks[static_cast<size_t>(k)]; !fbs.empty()) return {"backend fallback", fbs.back()};
     return {};
   }
 
@@ -646,10 +648,10 @@ RegistrationHandleRAII Dispatcher::registerFallback(DispatchKey key, KernelFunct
                "its signature, so an unboxed kernel cannot be one");
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto& slot = impl_->fallbacks[static_cast<size_t>(key)];
-  if (slot) {
+  if (!slot.empty() && !options.allow_override) {
     STRATA_FAIL(Value, "Tried to register multiple backend fallbacks for the same dispatch key ", toString(key),
-                "; previous registration by '", slot->owner, "' (", slot->debug, "), new registration by '",
-                options.owner, "' (", options.debug, ")");
+                "; previous registration by '", slot.back()->owner, "' (", slot.back()->debug,
+                "), new registration by '", options.owner, "' (", options.debug, ")");
   }
   auto record = std::make_shared<KernelRecord>();
   record->id = impl_->next_id++;
@@ -657,15 +659,16 @@ RegistrationHandleRAII Dispatcher::registerFallback(DispatchKey key, KernelFunct
   record->kernel = std::move(kernel);
   record->owner = options.owner;
   record->debug = options.debug;
-  slot = record;
+  slot.push_back(record);
   impl_->recomputeAll();
   const uint64_t id = record->id;
   return RegistrationHandleRAII([this, key, id] {
     std::lock_guard<std::mutex> lock(impl_->mu);
     auto& s = impl_->fallbacks[static_cast<size_t>(key)];
-    if (!s || s->id != id) return;
-    std::shared_ptr<KernelRecord> gone = std::move(s);
-    s.reset();
+    auto it = std::find_if(s.begin(), s.end(), [id](const auto& r) { return r->id == id; });
+    if (it == s.end()) return;
+    std::shared_ptr<KernelRecord> gone = std::move(*it);
+    s.erase(it);
     impl_->recomputeAll();
     impl_->retire(std::move(gone));
   });
@@ -785,15 +788,18 @@ void Dispatcher::Impl::appendRules(const OperatorEntry& e, const std::string* ow
 }
 
 void Dispatcher::Impl::appendFallbacks(const std::string* owner, std::vector<RegistrationInfo>& out) {
-  for (const auto& fb : fallbacks) {
-    if (!fb || (owner != nullptr && fb->owner != *owner)) continue;
+  for (const auto& fbs : fallbacks) {
+   for (const auto& fb : fbs) {
+    if (owner != nullptr && fb->owner != *owner) continue;
     RegistrationInfo r;
     r.what = RegistrationInfo::What::Fallback;
     r.key = fb->key;
     r.kind = fb->kernel.kindLabel();
     r.owner = fb->owner;
     r.debug = fb->debug;
+    r.active = fb == fbs.back();
     out.push_back(std::move(r));
+   }
   }
 }
 

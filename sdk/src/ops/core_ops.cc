@@ -394,6 +394,7 @@ Tensor t_kernel(const Tensor& a) {
   return a.dim() < 2 ? a.as_strided(a.sizes(), a.strides(), a.storage_offset()) : a.transpose(0, 1);
 }
 Tensor transpose_kernel(const Tensor& a, int64_t d0, int64_t d1) { return a.transpose(d0, d1); }
+Tensor permute_kernel(const Tensor& a, const std::vector<int64_t>& dims) { return a.permute(dims); }
 Tensor movedim_kernel(const Tensor& a, int64_t src, int64_t dst) {
   const int64_t nd = a.dim();
   const int64_t s = wrapDim(src, nd), d = wrapDim(dst, nd);
@@ -695,6 +696,7 @@ void registerCoreLibrary(Library& m) {
   m.def("t(Tensor(a) self) -> Tensor(a)");
   m.def("transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)");
   m.def("movedim.int(Tensor(a) self, int source, int destination) -> Tensor(a)");
+  m.def("permute(Tensor(a) self, int[] dims) -> Tensor(a)");
   m.def("unsqueeze(Tensor(a) self, int dim) -> Tensor(a)");
   m.def("squeeze(Tensor(a) self) -> Tensor(a)");
   m.def("squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)");
@@ -739,6 +741,7 @@ void registerCoreLibrary(Library& m) {
   implBackends(m, "t", &t_kernel);
   implBackends(m, "transpose.int", &transpose_kernel);
   implBackends(m, "movedim.int", &movedim_kernel);
+  implBackends(m, "permute", &permute_kernel);
   implBackends(m, "unsqueeze", &unsqueeze_kernel);
   implBackends(m, "squeeze", &squeeze_kernel);
   implBackends(m, "squeeze.dim", &squeeze_dim_kernel);
@@ -869,6 +872,9 @@ Tensor ops::transpose(const Tensor& a, int64_t d0, int64_t d1) {
 }
 Tensor ops::movedim(const Tensor& a, int64_t s, int64_t d) {
   STRATA_CORE_CALL("movedim", "int", Tensor(const Tensor&, int64_t, int64_t), a, s, d);
+}
+Tensor ops::permute(const Tensor& a, const std::vector<int64_t>& dims) {
+  STRATA_CORE_CALL("permute", "", Tensor(const Tensor&, IntVec), a, dims);
 }
 Tensor ops::unsqueeze(const Tensor& a, int64_t d) {
   STRATA_CORE_CALL("unsqueeze", "", Tensor(const Tensor&, int64_t), a, d);

@@ -39,6 +39,7 @@
 #include "strata/dispatcher.h"
 #include "strata/library.h"
 #include "strata/modes/autocast.h"
+#include "strata/modes/autograd.h"
 #include "strata/modes/export.h"
 #include "strata/modes/fake.h"
 #include "strata/modes/vmap.h"
@@ -93,6 +94,18 @@ class STRATA_MODES_API CustomOpDef {
   CustomOpDef& register_autocast(std::string_view device_type, ScalarType cast_inputs,
                                  std::source_location where = std::source_location::current()) {
     modes::register_autocast(name_, device_type, cast_inputs, lib(), /*allow_override=*/false, where);
+    return *this;
+  }
+  // The op's backward formula (register_autograd): setup_context saves what backward
+  // needs; the keyword-only form for an op with keyword-only arguments.
+  CustomOpDef& register_autograd(BackwardFn backward, SetupContextFn setup_context = {},
+                                 std::source_location where = std::source_location::current()) {
+    modes::register_autograd(name_, std::move(backward), std::move(setup_context), lib(), false, where);
+    return *this;
+  }
+  CustomOpDef& register_autograd(BackwardFn backward, SetupContextKwFn setup_context,
+                                 std::source_location where = std::source_location::current()) {
+    modes::register_autograd(name_, std::move(backward), std::move(setup_context), lib(), false, where);
     return *this;
   }
   CustomOpDef& register_vmap(VmapRule rule, std::source_location where = std::source_location::current()) {
