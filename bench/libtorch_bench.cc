@@ -232,3 +232,38 @@ BENCHMARK(registry_find_op)->Name("libtorch/registry/find_op");
 }  // namespace
 
 BENCHMARK_MAIN();
+
+// ---- Autograd (autograd_bench.cc's pair): anchor BM_Autograd_Muladd_ForwardBackward.
+// strata_peer::muladd_ag computes a*b+c; its Autograd kernel is a
+// torch::autograd::Function; one step is y = muladd_ag(a, b, 2), y.sum().backward().
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace {
+at::Tensor muladd_ag_cpu(const at::Tensor& a, const at::Tensor& b, double c) { return a * b + c; }
+TORCH_LIBRARY_FRAGMENT(strata_peer, m) { m.def("muladd_ag(Tensor a, Tensor b, float c) -> Tensor"); }
+TORCH_LIBRARY_IMPL(strata_peer, CPU, m) { m.impl("muladd_ag", &muladd_ag_cpu); }
+const auto& muladdAgOp() {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("strata_peer::muladd_ag", "").typed<MulAddSig>();
+  return op;
+}
+struct MulAddFn : torch::autograd::Function<MulAddFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b, double c) {
+    ctx->save_for_backward({a, b});
+    at::AutoDispatchBelowADInplaceOrView below;
+    return muladdAgOp().call(a, b, c);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    auto ab = ctx->get_saved_variables();
+    return {g[0] * ab[1], g[0] * ab[0], at::Tensor()};
+  }
+};
+at::Tensor muladd_ag_autograd(const at::Tensor& a, const at::Tensor& b, double c) { return MulAddFn::apply(a, b, c); }
+TORCH_LIBRARY_IMPL(strata_peer, Autograd, m) { m.impl("muladd_ag", &muladd_ag_autograd); }
+
+void autograd_muladd_forward_backward(benchmark::State& s) {
+  at::Tensor a = at::ones({4}).set_requires_grad(true), b = at::ones({4}).set_requires_grad(true);
+  for (auto _ : s) muladdAgOp().call(a, b, 2.0).sum().backward();
+}
+BENCHMARK(autograd_muladd_forward_backward)->Name("libtorch/autograd/muladd_forward_backward");
+}  // namespace

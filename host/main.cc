@@ -31,6 +31,8 @@ constexpr Subcommand kSubcommands[] = {
     {"dump", "Print an operator's dispatch table, registrations and kernel state", &strata::host::runDumpCommand},
     {"call", "Run an operator on literal arguments (--explain says why each layer ran)",
      &strata::host::runCallCommand},
+    {"check", "Run opcheck and gradcheck on the sample inputs bundles ship for their ops",
+     &strata::host::runCheckCommand},
     {"modes", "List the dispatch mode types 'call --mode' can push", &strata::host::runModesCommand},
     {"bench", "Run the dispatch benchmarks (--peer libtorch: beside PyTorch's), chart them (--plot)",
      &strata::host::runBenchCommand},

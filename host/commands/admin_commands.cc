@@ -119,12 +119,33 @@ int runServeCommand(const QStringList& args) {
   parser.addHelpOption();
   addHostOptions(parser);
   parser.addOption({"json", "Print what was loaded as JSON (then run)."});
+  parser.addOption({"check",
+                    "Run 'strata check' on each bundle as it loads and record the result in the store; with\n"
+                    "'enforce', reject a bundle whose check fails (the failing test is its reason).",
+                    "record|enforce"});
   QTextStream out(stdout);
   QTextStream err(stderr);
-  if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
+  // --check alone means --check=record (QCommandLineParser options take a value or none).
+  QStringList argv = args;
+  for (QString& a : argv) {
+    if (a == "--check") a = "--check=record";
+  }
+  if (int rc = parseOrExit(parser, argv); rc >= 0) return rc;
   if (!parser.positionalArguments().isEmpty()) {
     err << args.first() << ": takes no arguments\n" << helpText(parser, args.first());
     return kExitUsage;
+  }
+  CheckPolicy check = CheckPolicy::off;
+  if (parser.isSet("check")) {
+    const QString v = parser.value("check");
+    if (v == "record") {
+      check = CheckPolicy::record;
+    } else if (v == "enforce") {
+      check = CheckPolicy::enforce;
+    } else {
+      err << args.first() << ": --check takes 'record' or 'enforce', got '" << v << "'\n";
+      return kExitUsage;
+    }
   }
   std::unique_ptr<db::Store> store;
   try {
@@ -135,6 +156,7 @@ int runServeCommand(const QStringList& args) {
   }
   const QString host_id = QSysInfo::machineHostName() + ":" + QString::number(QCoreApplication::applicationPid());
   PluginHost host(pluginDirOption(parser), store.get());
+  host.setCheckPolicy(check);
   std::signal(SIGINT, onStopSignal);
   std::signal(SIGTERM, onStopSignal);
   try {

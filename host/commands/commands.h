@@ -84,6 +84,8 @@ int runDemoCommand(const QStringList& args);
 int runOpsCommand(const QStringList& args);
 int runDumpCommand(const QStringList& args);
 int runModesCommand(const QStringList& args);
+// strata check [BUNDLE | OP]: opcheck and gradcheck on the sample inputs bundles ship.
+int runCheckCommand(const QStringList& args);
 int runServeCommand(const QStringList& args);
 int runPluginsCommand(const QStringList& args);
 int runKernelCommand(const QStringList& args);

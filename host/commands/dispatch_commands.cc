@@ -13,6 +13,7 @@
 #include "strata/dispatcher.h"
 #include "strata/modes/autocast.h"
 #include "strata/modes/fake.h"
+#include "strata/modes/opcheck.h"
 #include "strata/modes/vmap.h"
 #include "strata/modes/dispatch_mode.h"
 #include "strata/modes/trace_mode.h"
@@ -267,6 +268,92 @@ int runOpsCommand(const QStringList& args) {
   }
   if (parser.isSet("json")) out << QJsonDocument(all).toJson(QJsonDocument::Indented);
   return kExitOk;
+}
+
+int runCheckCommand(const QStringList& args) {
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      "Check what bundles register, as torch.library.opcheck and gradcheck do, on the\n"
+      "sample inputs each bundle ships for its ops (register_sample_inputs): test_schema,\n"
+      "test_autograd_registration, test_faketensor, test_vmap, test_autocast and\n"
+      "gradcheck, per sample. With a BUNDLE name, its ops; with an OP, that op; with\n"
+      "neither, every op that has samples. Exits 1 when any test fails.");
+  parser.addHelpOption();
+  parser.addOption({"json", "Print a JSON array: op, test, sample, result (pass, fail, skipped), reason."});
+  addHostOptions(parser);
+  parser.addPositionalArgument("target", "A bundle name (muladd) or an operator (extension_cpp::mymuladd).",
+                               "[BUNDLE | OP]");
+  QTextStream out(stdout);
+  QTextStream err(stderr);
+  if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
+  const QStringList pos = parser.positionalArguments();
+  if (pos.size() > 1) {
+    err << args.first() << ": at most one BUNDLE or OP\n" << helpText(parser, args.first());
+    return kExitUsage;
+  }
+  std::unique_ptr<Session> session;
+  try {
+    session = openSession(parser, true);
+  } catch (const std::exception& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitInvalidInput;
+  }
+  std::vector<modes::CheckRow> rows;
+  QString what = "every op with sample inputs";
+  if (pos.isEmpty()) {
+    rows = checkOwnedOps("");
+  } else {
+    const QString target = pos.first();
+    const auto& loaded = session->host->loaded();
+    if (auto it = loaded.find(target); it != loaded.end()) {
+      what = target + "@" + it->second.version;
+      rows = checkOwnedOps(it->second.registrar->owner());
+    } else if (auto op = Dispatcher::singleton().findSchema(parseOperatorName(target.toStdString()))) {
+      what = target;
+      rows = modes::check_op(*op);
+    } else {
+      std::vector<std::string> known = liveOperatorNames();
+      for (const auto& [name, _] : loaded) known.push_back(name.toStdString());
+      err << args.first() << ": no loaded bundle or operator named '" << target << "'"
+          << q(didYouMean(target.toStdString(), known)) << "\n";
+      return kExitInvalidInput;
+    }
+  }
+  bool failed = false;
+  size_t ran = 0;
+  for (const auto& r : rows) {
+    failed = failed || !r.passed;
+    ran += r.skipped ? 0 : 1;
+  }
+  auto result = [](const modes::CheckRow& r) { return r.skipped ? "skipped" : r.passed ? "pass" : "fail"; };
+  if (parser.isSet("json")) {
+    QJsonArray all;
+    for (const auto& r : rows) {
+      all.append(QJsonObject{{"op", q(r.op)}, {"test", q(r.test)}, {"sample", q(r.sample)}, {"result", result(r)},
+                             {"reason", q(r.reason)}});
+    }
+    out << QJsonDocument(all).toJson(QJsonDocument::Indented);
+    return failed ? kExitInvalidInput : kExitOk;
+  }
+  if (rows.empty()) {
+    out << "nothing to check: " << what << " has no sample inputs (register_sample_inputs)\n";
+    return kExitOk;
+  }
+  int w_op = 2, w_test = 4;
+  for (const auto& r : rows) {
+    w_op = std::max(w_op, static_cast<int>(r.op.size()));
+    w_test = std::max(w_test, static_cast<int>(r.test.size()));
+  }
+  out << QString("op").leftJustified(w_op + 2) << QString("test").leftJustified(w_test + 2)
+      << QString("sample").leftJustified(11) << QString("result").leftJustified(9) << "reason\n";
+  for (const auto& r : rows) {
+    out << q(r.op).leftJustified(w_op + 2) << q(r.test).leftJustified(w_test + 2) << q(r.sample).leftJustified(11)
+        << QString(result(r)).leftJustified(9) << q(r.reason) << "\n";
+  }
+  size_t fails = 0;
+  for (const auto& r : rows) fails += r.passed ? 0 : 1;
+  out << what << ": " << ran << " test(s) ran, " << fails << " failed\n";
+  return failed ? kExitInvalidInput : kExitOk;
 }
 
 int runModesCommand(const QStringList& args) {

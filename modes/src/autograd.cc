@@ -46,7 +46,12 @@ AutogradMeta* metaOf(const Tensor& t) {
 
 AutogradMeta& ensureMeta(const Tensor& t) {
   TensorImpl* impl = t.unsafeGetTensorImpl();
-  if (impl->autograd_meta() == nullptr) impl->set_autograd_meta(std::make_unique<AutogradMeta>());
+  if (impl->autograd_meta() == nullptr) {
+    // Two threads may run the first op on one leaf at once: one of them installs it.
+    static std::mutex create_mu;
+    std::lock_guard<std::mutex> lock(create_mu);
+    if (impl->autograd_meta() == nullptr) impl->set_autograd_meta(std::make_unique<AutogradMeta>());
+  }
   return *static_cast<AutogradMeta*>(impl->autograd_meta());
 }
 
@@ -84,6 +89,11 @@ std::string detail::AutogradMeta::grad_fn_name() const { return grad_fn ? grad_f
 Node::Node() : sequence_nr_(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 Node::~Node() = default;
 
+uint32_t Node::add_input_metadata_placeholder() {
+  inputs_.emplace_back();
+  return static_cast<uint32_t>(inputs_.size() - 1);
+}
+
 uint32_t Node::add_input_metadata(const Tensor& t) {
   inputs_.push_back({std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), t.dtype(), t.device()});
   return static_cast<uint32_t>(inputs_.size() - 1);
@@ -106,10 +116,18 @@ class AccumulateGrad final : public Node {
     AutogradMeta& m = ensureMeta(variable_);
     // Without create_graph the stored grad has no history of its own.
     if (!is_grad_enabled() && g.requires_grad()) g = g.detach();
-    // The sum is computed outside the lock (it may record a node, with create_graph).
+    // One accumulation at a time per leaf (backwards of different graphs may share
+    // it); readers of .grad take only `mu`.
+    std::lock_guard<std::mutex> acc(m.accumulate_mu);
     Tensor old = m.grad();
-    Tensor sum = old.defined() ? ops::add(old, g) : std::move(g);
-    m.set_grad(sum);
+    if (old.defined()) {
+      m.set_grad(ops::add(old, g));
+    } else {
+      // .grad never aliases a caller's tensor or a broadcast view (PyTorch clones
+      // unless it holds the only reference to a contiguous gradient).
+      const bool shared = g.getIntrusivePtr().use_count() > 1 || g.storage().use_count() > 1;
+      m.set_grad(shared || !g.is_contiguous() ? ops::clone(g) : std::move(g));
+    }
     return {};
   }
   const Tensor& variable() const { return variable_; }
@@ -171,6 +189,7 @@ InferenceMode::InferenceMode(bool enabled)
       prev_excluded_(strata::detail::tls_local_dispatch_key_set.excluded) {
   if (!enabled) {
     // inference_mode(False) inside an inference scope: autograd comes back.
+    tls_grad_enabled = true;
     tls_inference_mode = false;
     strata::detail::tls_local_dispatch_key_set.excluded &= ~kAutogradKeys.raw();
     return;
@@ -266,6 +285,7 @@ void forEachTensor(const IValue& v, F&& f) {
   } else if (v.isGenericList()) {
     for (const IValue& x : v.toList()) {
       if (x.isTensor()) f(x.toTensor());
+      else if (x.isNone()) f(Tensor());  // a Tensor?[] keeps its None slots
     }
   }
 }
@@ -308,6 +328,31 @@ void checkInplace(const std::string& op, const FunctionSchema& schema, const Sta
                    "that requires grad, and Strata's autograd does not rebase a view's base after an in-place "
                    "write; clone() the view first");
     });
+    // A value that requires grad written into part of a storage (a view of a plain
+    // tensor): the base would not know, and its gradient would be lost.
+    forEachTensor(inputs[i], [&](const Tensor& t) {
+      if (!t.defined() || t.wrapper() != nullptr || t.is_meta()) return;
+      const size_t span = static_cast<size_t>(t.numel()) * t.element_size();
+      STRATA_CHECK(t.storage_offset() == 0 && span == t.storage()->nbytes(), Value, op, ": argument '", args[i].name,
+                   "' is a view of part of a storage, and writing a value that requires grad into it in place would "
+                   "lose the gradient of the tensor it views (Strata's autograd does not rebase views); write into "
+                   "a tensor of its own, or detach() the value");
+    });
+  }
+}
+
+// A view whose storage was written in place since it was made (through its base or
+// another view) no longer has the history autograd recorded for it.
+void checkViewsCurrent(const std::string& op, const Stack& inputs) {
+  for (const IValue& v : inputs) {
+    forEachTensor(v, [&](const Tensor& t) {
+      if (!t.defined() || !t.requires_grad()) return;
+      const AutogradMeta* m = metaOf(t);
+      if (m == nullptr || !m->is_view || t.wrapper() != nullptr) return;
+      STRATA_CHECK(t.storage()->version() == m->view_version, Value, op, ": an input is a view (made by ",
+                   m->grad_fn_name(), ") whose base was modified by an inplace operation after the view was made; "
+                   "Strata's autograd does not rebase views: make the view after the write, or clone() it before");
+    });
   }
 }
 
@@ -345,7 +390,10 @@ void markOutputs(const FunctionSchema& schema, const Stack& inputs, Stack& stack
                  bool differentiable) {
   const auto& returns = schema.returns();
   auto mark = [&](Tensor& t, size_t ret_index) {
-    if (!t.defined()) return;
+    if (!t.defined()) {
+      node->add_input_metadata_placeholder();  // keeps the later outputs' numbers
+      return;
+    }
     const Argument* ret = ret_index < returns.size() ? &returns[ret_index] : nullptr;
     const bool written = ret != nullptr && ret->is_write();
     bool is_input = false;
@@ -357,11 +405,19 @@ void markOutputs(const FunctionSchema& schema, const Stack& inputs, Stack& stack
       node->add_input_metadata(t);
       return;
     }
+    bool aliases = false;
+    if (ret != nullptr && ret->alias_info && !written) {
+      for (const IValue& in : inputs) forEachTensor(in, [&](const Tensor& x) { aliases = aliases || (x.defined() && t.is_alias_of(x)); });
+    }
     if (is_input && !written) t = freshAlias(t);
     const uint32_t nr = node->add_input_metadata(t);
     if (!differentiable || !isFloatingType(t.dtype())) return;
     setHistory(t, node, nr);
-    if (ret != nullptr && ret->alias_info && !written) ensureMeta(t).is_view = true;
+    if (aliases) {
+      AutogradMeta& m = ensureMeta(t);
+      m.is_view = true;
+      m.view_version = t.storage()->version();
+    }
   };
   for (size_t r = 0; r < stack.size(); ++r) {
     IValue& v = stack[r];
@@ -390,6 +446,7 @@ void notImplementedFallback(const OperatorHandle& op, DispatchKeySet ks, Stack& 
   const std::string name = op.operator_name().str();
   const Stack inputs(stack.begin(), stack.begin() + static_cast<std::ptrdiff_t>(std::min(n, stack.size())));
   checkInplace(name, schema, inputs);
+  checkViewsCurrent(name, inputs);
   runBelow(op, ks, stack);
   bumpWritten(schema, inputs);
   const bool disabled = !Dispatcher::singleton().isKernelEnabled(op.operator_name(), DispatchKey::Autograd);
@@ -506,6 +563,7 @@ void formulaKernel(const std::shared_ptr<const Formula>& f, const OperatorHandle
   }
   const Stack inputs(stack.begin(), stack.begin() + static_cast<std::ptrdiff_t>(std::min(n, stack.size())));
   checkInplace(f->op, schema, inputs);
+  checkViewsCurrent(f->op, inputs);
   runBelow(op, ks, stack);
   bumpWritten(schema, inputs);
   if (f->nondifferentiable) return;
@@ -762,8 +820,16 @@ std::vector<Tensor> runEngine(const std::vector<Edge>& roots, const std::vector<
           if (k < inputs.size()) captured[c] = inputs[k];
         }
       }
-      // grad() touches no .grad: a leaf's accumulator is only a capture point.
-      if (is_capture && dynamic_cast<detail::AccumulateGrad*>(n) != nullptr) continue;
+      // grad() touches no .grad: a leaf's accumulator is only a capture point, and a
+      // captured node runs only when a gradient of another input lies beyond it.
+      if (is_capture) {
+        bool leads_on = false;
+        for (const Edge& e : n->next_edges()) leads_on = leads_on || (e.valid() && needed.count(e.function.get()) != 0);
+        if (!leads_on || dynamic_cast<detail::AccumulateGrad*>(n) != nullptr) {
+          keep.erase(n);
+          continue;
+        }
+      }
     }
     std::vector<Tensor> outs = n->apply(std::move(inputs));
     if (!keep_graph) n->release_variables();

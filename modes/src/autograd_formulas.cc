@@ -181,6 +181,7 @@ std::vector<Def> coreFormulas() {
                  const int64_t nd = in[0].toTensor().dim();
                  std::vector<int64_t> dims;
                  if (!in[1].isNone()) dims = in[1].toIntList();
+                 if (nd == 0) dims.clear();  // a 0-d input: nothing to unsqueeze back
                  if (dims.empty()) {
                    dims.resize(static_cast<size_t>(nd));
                    std::iota(dims.begin(), dims.end(), 0);
@@ -357,8 +358,10 @@ std::vector<Def> coreFormulas() {
                  return Out{ops::to(g[0], ctx.get("self_dtype").toScalarType()), IValue(), IValue(), IValue()};
                }});
   // copy_ overwrites self: its old value gets no gradient; src gets all of it.
-  d.push_back({"core::copy_", "CopyBackwards", {}, [](AutogradContext&, const Grads& g) {
-                 return Out{IValue(), g[0], IValue()};
+  d.push_back({"core::copy_", "CopyBackwards",
+               [](AutogradContext& ctx, const Stack& in, const Stack&) { saveSizes(ctx, in, "src_sizes", 1); },
+               [](AutogradContext& ctx, const Grads& g) {
+                 return Out{IValue(), sumTo(g[0], intsOf(ctx, "src_sizes")), IValue()};  // src may broadcast
                }});
 
   // --- Not differentiable: results never require grad. ---

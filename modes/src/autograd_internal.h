@@ -19,7 +19,9 @@ struct AutogradMeta final : AutogradMetaInterface {
   uint32_t output_nr = 0;
   std::weak_ptr<Node> grad_accumulator;  // a leaf's AccumulateGrad, while a graph holds it
   bool is_view = false;                  // a view op's result (Note [Autograd metadata])
+  uint32_t view_version = 0;             // its storage's version when the view was made
   mutable std::mutex mu;                 // guards grad_ and grad_accumulator
+  std::mutex accumulate_mu;              // one accumulation into grad_ at a time
   Tensor grad_;
 
   bool is_leaf() const override;

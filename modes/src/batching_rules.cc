@@ -193,6 +193,19 @@ VmapRule movedimRule() {
   };
 }
 
+VmapRule permuteRule() {
+  return [](const VmapInfo&, const InDims& in_dims, Stack& args) {
+    const Tensor& v = args[0].toTensor();
+    const int64_t rank = rankOf(v, in_dims[0]);
+    const auto& dims = args[1].toIntList();
+    STRATA_CHECK(static_cast<int64_t>(dims.size()) == rank, Value, "permute(", dims.size(),
+                 " dims): the number of dims does not match the tensor's ", rank);
+    std::vector<int64_t> perm{0};  // the batch dim stays in front
+    for (int64_t d : dims) perm.push_back(wrapDim(d, rank) + 1);
+    return one(IValue(ops::permute(front(v, in_dims[0]), perm)), 0);
+  };
+}
+
 VmapRule unsqueezeRule() {
   return [](const VmapInfo&, const InDims& in_dims, Stack& args) {
     const Tensor& v = args[0].toTensor();
@@ -387,6 +400,7 @@ constexpr CoreRule kCoreRules[] = {
     {"core::t", &ignoringOp<tRule>, false},
     {"core::transpose.int", &ignoringOp<transposeRule>, false},
     {"core::movedim.int", &ignoringOp<movedimRule>, false},
+    {"core::permute", &ignoringOp<permuteRule>, false},
     {"core::unsqueeze", &ignoringOp<unsqueezeRule>, false},
     {"core::squeeze", &ignoringOp<squeezeRule>, false},
     {"core::squeeze.dim", &ignoringOp<squeezeDimRule>, false},

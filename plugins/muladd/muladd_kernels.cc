@@ -7,6 +7,8 @@
 
 #include <strata/dispatcher.h>
 #include <strata/modes/autocast.h>
+#include <strata/modes/autograd.h>
+#include <strata/modes/opcheck.h>
 #include <strata/modes/fake.h>
 #include <strata/modes/vmap.h>
 #include <strata/ops.h>
@@ -215,6 +217,59 @@ void registerMulAdd(strata::BundleRegistrar& r, bool with_mysub) {
           const Tensor a = strata::modes::move_bdim_to_front(args[0].toTensor(), in_dims[0], info.batch_size);
           const Tensor b = strata::modes::move_bdim_to_front(args[1].toTensor(), in_dims[1], info.batch_size);
           return {{op.call(a, b, args[2].toDouble())}, {0}};
+        },
+        m);
+
+    // 1.1.0: training, as the tutorial ends (torch.library.register_autograd). The
+    // backward calls mymul, an op of this bundle, so every layer sees it and it is
+    // differentiable in turn. `strata kernel disable extension_cpp::mymuladd autograd`
+    // switches a formula off (a backward through the op then raises).
+    const auto mymul = strata::Dispatcher::singleton()
+                           .findSchemaOrThrow("extension_cpp::mymul")
+                           .typed<Tensor(const Tensor&, const Tensor&)>();
+    // Saves only what the other input's gradient needs (the tutorial's _setup_context).
+    const strata::modes::SetupContextFn save_ab = [](strata::modes::AutogradContext& ctx, const strata::Stack& in,
+                                                     const strata::Stack&) {
+      ctx.save_for_backward({ctx.needs_input_grad(1) ? in[0].toTensor() : Tensor(),
+                             ctx.needs_input_grad(0) ? in[1].toTensor() : Tensor()});
+    };
+    auto backward = [mymul](size_t num_inputs) {
+      return [mymul, num_inputs](strata::modes::AutogradContext& ctx, const std::vector<Tensor>& grads) {
+        const std::vector<Tensor> saved = ctx.saved_tensors();
+        std::vector<strata::IValue> out(num_inputs);  // None for c
+        if (ctx.needs_input_grad(0)) out[0] = mymul.call(grads[0], saved[1]);
+        if (ctx.needs_input_grad(1)) out[1] = mymul.call(grads[0], saved[0]);
+        return out;
+      };
+    };
+    strata::modes::register_autograd("extension_cpp::mymuladd", backward(3), save_ab, m);
+    strata::modes::register_autograd("extension_cpp::mymul", backward(2), save_ab, m);
+
+    // The tutorial's sample_inputs: what `strata check` (and `serve --check`) runs
+    // opcheck and gradcheck on. Tensors with and without requires_grad, an int and a
+    // float c.
+    strata::modes::register_sample_inputs(
+        "extension_cpp::mymuladd",
+        [](std::string_view) {
+          std::vector<strata::modes::SampleInput> samples;
+          for (bool requires_grad : {true, false}) {
+            auto make = [&](std::vector<int64_t> s) { return strata::ops::rand(s).set_requires_grad(requires_grad); };
+            auto nondiff = [](std::vector<int64_t> s) { return strata::ops::rand(s); };
+            samples.push_back({{make({3}), make({3}), int64_t{1}}});
+            samples.push_back({{make({20}), make({20}), 3.14}});
+            samples.push_back({{make({20}), nondiff({20}), int64_t{-123}}});
+            samples.push_back({{nondiff({2, 3}), make({2, 3}), -0.3}});
+          }
+          return samples;
+        },
+        m);
+    strata::modes::register_sample_inputs(
+        "extension_cpp::mymul",
+        [](std::string_view) {
+          return std::vector<strata::modes::SampleInput>{
+              {{strata::ops::rand({3}).set_requires_grad(true), strata::ops::rand({3}).set_requires_grad(true)}},
+              {{strata::ops::rand({2, 3}), strata::ops::rand({2, 3}).set_requires_grad(true)}},
+              {{strata::ops::rand({4}), strata::ops::rand({4})}}};
         },
         m);
   }

@@ -198,8 +198,8 @@ TEST(Precedence, CompositeExplicitBeatsCompositeImplicitOnBackends) {
   p.at("cea_cia", DispatchKey::CompositeExplicitAutograd, 2);
   EXPECT_EQ(tagOf(op("prec::cea_cia").typed<Unary>().call(ones({1}))), 2);
   // The autograd slot does not take the implicit kernel: a default kernel exists,
-  // so autograd falls through to the backend.
-  EXPECT_EQ(slotSource("prec::cea_cia", DispatchKey::AutogradCPU), "fallthrough");
+  // so autograd's fallback steps down to the backend.
+  EXPECT_EQ(slotSource("prec::cea_cia", DispatchKey::AutogradCPU), "backend fallback");
   EXPECT_EQ(slotSource("prec::cea_cia", DispatchKey::CPU), "default kernel");
 }
 
@@ -222,10 +222,10 @@ TEST(Precedence, AutogradSlotSkipsCompositeImplicitWhenTheBackendHasAKernel) {
   p.at("cia_backend", DispatchKey::CPU, 2);
   Tensor g = ones({1});
   g.set_requires_grad(true);
-  // AutogradCPU falls through (builtin fallback), CPU has its own kernel.
+  // AutogradCPU steps below autograd (the builtin fallback), CPU has its own kernel.
   EXPECT_EQ(tagOf(op("prec::cia_backend").typed<Unary>().call(g)), 2);
   // AutogradCUDA: CUDA has no kernel, so the implicit kernel fills it.
-  EXPECT_EQ(slotSource("prec::cia_backend", DispatchKey::AutogradCPU), "fallthrough");
+  EXPECT_EQ(slotSource("prec::cia_backend", DispatchKey::AutogradCPU), "backend fallback");
   EXPECT_EQ(slotSource("prec::cia_backend", DispatchKey::AutogradCUDA), "composite implicit kernel");
 }
 
@@ -303,7 +303,10 @@ TEST(Fallthrough, AFallthroughKernelSkipsItsKeyAndIsMaskedOut) {
   lib.impl("f", CppFunction::makeFallthrough(), DispatchKey::PrivateUse1);
   const auto f = op("ft::f");
   EXPECT_FALSE(f.nonFallthroughKeys().has(DispatchKey::PrivateUse1));
-  EXPECT_FALSE(f.nonFallthroughKeys().has(DispatchKey::AutogradCPU));  // the builtin fallthrough fallback
+  EXPECT_FALSE(f.nonFallthroughKeys().has(DispatchKey::AutocastCPU));  // the builtin fallthrough fallback
+  // Autograd's builtin fallback is boxed (it steps below autograd): only tensors that
+  // require grad carry the key, so plain calls never reach it.
+  EXPECT_TRUE(f.nonFallthroughKeys().has(DispatchKey::AutogradCPU));
   EXPECT_TRUE(f.nonFallthroughKeys().has(DispatchKey::CPU));
   IncludeDispatchKeyGuard g(DispatchKey::PrivateUse1);
   EXPECT_EQ(tagOf(f.typed<Unary>().call(ones({1}))), 1);
@@ -722,7 +725,8 @@ TEST(Dump, ShowsTheTableRegistrationsOwnersAndState) {
   EXPECT_THAT(d, HasSubstr("[disabled]"));
   EXPECT_THAT(d, HasSubstr("CPU: disabled"));
   EXPECT_THAT(d, HasSubstr("CPU                  default kernel [unboxed at CompositeExplicitAutograd, owner dumper"));
-  EXPECT_THAT(d, HasSubstr("AutogradCPU          fallthrough [fallthrough, owner builtin"));
+  EXPECT_THAT(d, HasSubstr("AutocastCPU          fallthrough [fallthrough, owner builtin"));
+  EXPECT_THAT(d, HasSubstr("AutogradCPU          backend fallback [boxed, owner builtin"));
   EXPECT_THAT(d, HasSubstr("Batched              missing"));
 }
 
@@ -745,16 +749,20 @@ TEST(Explain, SaysWhichKeysEachArgumentGaveAndWhichKernelsRan) {
   EXPECT_EQ(ex.arguments[0].keys, (DispatchKeySet{DispatchKey::CPU, DispatchKey::AutogradCPU}));
   EXPECT_TRUE(ex.arguments[1].keys.empty());
   EXPECT_TRUE(ex.tls_included.has(DispatchKey::AutocastCPU));
-  EXPECT_EQ(ex.final_keys, DispatchKeySet(DispatchKey::CPU));  // autocast and autograd fall through
-  ASSERT_EQ(ex.steps.size(), 2u);
+  // Autocast falls through; autograd's fallback steps below itself (a redispatch).
+  EXPECT_EQ(ex.final_keys, (DispatchKeySet{DispatchKey::AutogradCPU, DispatchKey::CPU}));
+  ASSERT_EQ(ex.steps.size(), 3u);
   EXPECT_EQ(ex.steps[0].op, "expl::outer");
-  EXPECT_EQ(ex.steps[0].slot.owner, "explainer");
-  EXPECT_EQ(ex.steps[1].op, "expl::inner");
-  EXPECT_EQ(ex.steps[1].depth, 1);
+  EXPECT_EQ(ex.steps[0].slot.source, "backend fallback");
+  EXPECT_EQ(ex.steps[1].op, "expl::outer");
+  EXPECT_TRUE(ex.steps[1].redispatch);
+  EXPECT_EQ(ex.steps[1].slot.owner, "explainer");
+  EXPECT_EQ(ex.steps[2].op, "expl::inner");
+  EXPECT_EQ(ex.steps[2].depth, 2);
   ASSERT_EQ(ex.results.size(), 1u);
   const std::string text = ex.str();
   EXPECT_THAT(text, AllOf(HasSubstr("a: DispatchKeySet(AutogradCPU, CPU)"), HasSubstr("TLS included: DispatchKeySet(AutocastCPU)"),
-                          HasSubstr("chosen: CPU -> kernel"), HasSubstr("  call expl::inner")));
+                          HasSubstr("chosen: AutogradCPU -> backend fallback"), HasSubstr("  call expl::inner")));
 }
 
 TEST(Trace, LogsEveryStepToTheSinkWhileOn) {

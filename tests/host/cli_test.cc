@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -148,6 +149,31 @@ TEST(CliTest, DemoRuns) {
 
 }  // namespace
 
+TEST(CliCheck, MuladdPassesAndTheBrokenBundleFailsOneTestPerOp) {
+  const std::string tmp = ::testing::TempDir() + "/strata_check." + std::to_string(::getpid());
+  std::filesystem::remove_all(tmp);
+  std::filesystem::create_directories(tmp + "/plugins");
+  const Result ok = run("check muladd --db " + q(tmp + "/a.db"));
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  EXPECT_THAT(ok.out, HasSubstr("extension_cpp::mymuladd"));
+  EXPECT_THAT(ok.out, HasSubstr("gradcheck"));
+  EXPECT_THAT(ok.out, HasSubstr("test_faketensor"));
+  EXPECT_THAT(ok.out, HasSubstr("muladd@1.1.0: "));
+  EXPECT_THAT(ok.out, HasSubstr(", 0 failed\n"));
+  std::filesystem::copy_file(std::string(STRATA_BUILD_DIR) + "/tests/bundles/libbroken_check.so",
+                             tmp + "/plugins/libbroken_check.so");
+  const Result bad = run("check broken_check --json --plugins " + q(tmp + "/plugins") + " --db " + q(tmp + "/b.db"));
+  EXPECT_EQ(bad.status, 1) << bad.out;
+  EXPECT_THAT(bad.out, HasSubstr("\"result\": \"fail\""));
+  const Result table = run("check broken_check --plugins " + q(tmp + "/plugins") + " --db " + q(tmp + "/b.db"));
+  EXPECT_EQ(table.status, 1);
+  EXPECT_THAT(table.out, HasSubstr(", 3 failed\n"));
+  const Result unknown = run("check nosuch --db " + q(tmp + "/a.db"));
+  EXPECT_EQ(unknown.status, 1);
+  EXPECT_THAT(unknown.out, HasSubstr("no loaded bundle or operator named 'nosuch'"));
+  std::filesystem::remove_all(tmp);
+}
+
 TEST(CliOpsTest, ListsTheCoreOpsAndFilters) {
   const Result r = run("ops");
   EXPECT_EQ(r.status, 0);
@@ -167,10 +193,11 @@ TEST(CliDumpTest, PrintsTheTableAndRejectsUnknownOps) {
   EXPECT_THAT(r.out, HasSubstr("schema: core::sin(Tensor self) -> Tensor\ntags: core, pointwise\n"
                                "alias analysis: FROM_SCHEMA\n"));
   EXPECT_THAT(r.out, HasSubstr("CPU                  kernel [unboxed, owner builtin"));
-  EXPECT_THAT(r.out, HasSubstr("AutogradCPU          fallthrough"));
+  EXPECT_THAT(r.out, HasSubstr("AutogradCPU          autograd kernel [boxed at Autograd, owner builtin, autograd "
+                               "formula SinBackward0"));
   const Result j = run("dump --json core::sin");
   EXPECT_EQ(j.status, 0);
-  EXPECT_THAT(j.out, HasSubstr("\"source\": \"fallthrough\""));
+  EXPECT_THAT(j.out, HasSubstr("\"source\": \"fallthrough\""));  // the autocast keys
   EXPECT_THAT(j.out, HasSubstr("\"tags\": [\n        \"core\",\n        \"pointwise\"\n    ]"));
   EXPECT_THAT(j.out, HasSubstr("\"alias_analysis\": \"FROM_SCHEMA\""));
   const Result bad = run("dump nope::nothing");
@@ -207,9 +234,11 @@ TEST(CliCallTest, ExplainSaysWhyEachLayerRan) {
   const Result r = run("call core::mul '[1.,2.]:requires_grad' 2 --explain");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("self: DispatchKeySet(AutogradCPU, CPU)"));
-  EXPECT_THAT(r.out, HasSubstr("final key set: DispatchKeySet(CPU)"));
-  EXPECT_THAT(r.out, HasSubstr("chosen: CPU -> kernel (unboxed, owner builtin"));
-  EXPECT_THAT(r.out, HasSubstr("result:\ntensor([2., 4.])"));
+  EXPECT_THAT(r.out, HasSubstr("final key set: DispatchKeySet(AutogradCPU, CPU)"));
+  EXPECT_THAT(r.out, HasSubstr("chosen: AutogradCPU -> autograd kernel (boxed, owner builtin, autograd formula "
+                               "MulBackward1"));
+  EXPECT_THAT(r.out, HasSubstr("redispatch core::mul.Scalar (boxed)  keys=DispatchKeySet(CPU) -> CPU: kernel"));
+  EXPECT_THAT(r.out, HasSubstr("result:\ntensor([2., 4.], grad_fn=<MulBackward1>)"));
 }
 
 TEST(CliCallTest, BadArgumentsAreClearErrors) {

@@ -515,8 +515,10 @@ TEST(AutocastCache, LowPrecisionCastsOfFloat32TensorsThatRequireGradAreCachedPer
       EXPECT_EQ(modes::autocast_cache_size(), 1u);
     }
     // Still inside the outer scope: the same cast comes back.
-    EXPECT_EQ(op.call(w).unsafeGetTensorImpl(), first.unsafeGetTensorImpl());
-    EXPECT_NE(op.call(x).unsafeGetTensorImpl(), op.call(x).unsafeGetTensorImpl());
+    // (The op has no autograd formula: autograd hands back an alias of what it
+    // returned, so the cached cast shows as shared storage.)
+    EXPECT_TRUE(op.call(w).is_alias_of(first));
+    EXPECT_FALSE(op.call(x).is_alias_of(op.call(x)));
     EXPECT_EQ(modes::autocast_cache_size(), 1u);
     {
       AutocastGuard no_cache(kCpu, std::nullopt, true, /*cache_enabled=*/false);

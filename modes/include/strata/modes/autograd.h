@@ -116,6 +116,8 @@ class STRATA_MODES_API Node : public std::enable_shared_from_this<Node> {
   };
   const std::vector<InputMeta>& input_metadata() const { return inputs_; }
   uint32_t add_input_metadata(const Tensor& t);
+  // For an undefined output: keeps the numbering of the outputs after it.
+  uint32_t add_input_metadata_placeholder();
 
  protected:
   Node();
