@@ -602,14 +602,12 @@ RegistrationHandleRAII registerFormula(std::shared_ptr<Formula> f, bool allow_ov
   f->op = op.operator_name().str();
   f->arg_names.clear();
   f->num_positional = 0;
-  bool has_kw = false;
   for (const Argument& a : schema.arguments()) {
     f->arg_names.push_back(a.name);
-    if (a.kwarg_only) has_kw = true;
-    else ++f->num_positional;
+    if (!a.kwarg_only) ++f->num_positional;
   }
+  // The plain setup_context form answers for every argument.
   if (!f->setup_kw) f->num_positional = schema.arguments().size();
-  (void)has_kw;
   std::shared_ptr<const Formula> cf = f;
   std::string what = f->builtin ? "autograd formula " + f->node_name : "autograd formula (register_autograd)";
   return d.registerImpl(op.operator_name(), DispatchKey::Autograd,

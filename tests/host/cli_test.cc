@@ -168,6 +168,9 @@ TEST(CliCheck, MuladdPassesAndTheBrokenBundleFailsOneTestPerOp) {
   const Result table = run("check broken_check --plugins " + q(tmp + "/plugins") + " --db " + q(tmp + "/b.db"));
   EXPECT_EQ(table.status, 1);
   EXPECT_THAT(table.out, HasSubstr(", 3 failed\n"));
+  const Result bad_policy = run("serve --check=sometimes --db " + q(tmp + "/a.db"));
+  EXPECT_EQ(bad_policy.status, 2);
+  EXPECT_THAT(bad_policy.out, HasSubstr("--check takes 'record' or 'enforce', got 'sometimes'"));
   const Result unknown = run("check nosuch --db " + q(tmp + "/a.db"));
   EXPECT_EQ(unknown.status, 1);
   EXPECT_THAT(unknown.out, HasSubstr("no loaded bundle or operator named 'nosuch'"));

@@ -391,6 +391,8 @@ TEST(RegisterAutograd, ErrorsNameTheOp) {
   EXPECT_THAT(errorOf([&] { modes::register_autograd("ag_errs::inplace", bw); }),
               HasSubstr("cannot register an autograd formula for non-functional operator ag_errs::inplace"));
   EXPECT_THAT(errorOf([&] { modes::register_autograd("ag_errs::missing", bw); }), HasSubstr("ag_errs::missing"));
+  EXPECT_THAT(errorOf([&] { modes::register_autograd("ag_errs::two", modes::BackwardFn{}); }),
+              HasSubstr("register_autograd(ag_errs::two): backward is empty"));
   // Backward returning one gradient for two inputs.
   auto h = modes::register_autograd("ag_errs::two", bw);
   const auto two = Dispatcher::singleton().findSchemaOrThrow("ag_errs::two").typed<Tensor(const Tensor&, const Tensor&)>();
@@ -415,6 +417,30 @@ TEST(RegisterAutograd, ErrorsNameTheOp) {
   EXPECT_TRUE(y.requires_grad());
   EXPECT_THAT(errorOf([&] { ops::sum(y).backward(); }),
               HasSubstr("trying to backward through ag_errs::noformula but no autograd formula was registered"));
+}
+
+TEST(RegisterAutograd, ContextErrorsNameTheAttributeAndTheInput) {
+  Library lib(Library::DEF, "ag_ctx");
+  lib.def("f(Tensor x, float s) -> Tensor");
+  lib.impl("f", [](const Tensor& x, double s) { return ops::mul(x.detach(), s); }, DispatchKey::CompositeExplicitAutograd);
+  std::string missing, range;
+  modes::register_autograd(
+      "ag_ctx::f",
+      [&](modes::AutogradContext& ctx, const std::vector<Tensor>& g) -> std::vector<IValue> {
+        missing = errorOf([&] { ctx.get("scale"); });
+        range = errorOf([&] { ctx.needs_input_grad(5); });
+        EXPECT_TRUE(ctx.has("s"));
+        EXPECT_FALSE(ctx.needs_input_grad(1));
+        return {ops::mul(g[0], ctx.get("s").toDouble()), IValue()};
+      },
+      modes::SetupContextFn([](modes::AutogradContext& ctx, const Stack& in, const Stack&) { ctx.set("s", in[1]); }),
+      lib);
+  const auto f = Dispatcher::singleton().findSchemaOrThrow("ag_ctx::f").typed<Tensor(const Tensor&, double)>();
+  const Tensor x = leaf({1, 2}, {2});
+  ops::sum(f.call(x, 4.0)).backward();
+  EXPECT_EQ(vals(x.grad()), (std::vector<float>{4, 4}));
+  EXPECT_THAT(missing, HasSubstr("ag_ctx::f: the autograd context has no attribute 'scale' (setup_context set: s)"));
+  EXPECT_THAT(range, HasSubstr("needs_input_grad(5) is out of range: the op has 2 input(s)"));
 }
 
 TEST(RegisterAutograd, AFormulaIsARegistrationLikeAnyOther) {
