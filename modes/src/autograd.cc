@@ -47,7 +47,9 @@ AutogradMeta* metaOf(const Tensor& t) {
 AutogradMeta& ensureMeta(const Tensor& t) {
   TensorImpl* impl = t.unsafeGetTensorImpl();
   if (impl->autograd_meta() == nullptr) {
-    // Two threads may run the first op on one leaf at once: one of them installs it.
+    // Leaves got theirs when requires_grad was set (Note [Autograd metadata]), so this
+    // is a tensor no other thread can see yet; the lock covers a caller that breaks
+    // that rule without making the common read pay for it.
     static std::mutex create_mu;
     std::lock_guard<std::mutex> lock(create_mu);
     if (impl->autograd_meta() == nullptr) impl->set_autograd_meta(std::make_unique<AutogradMeta>());
@@ -915,7 +917,10 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 namespace {
 class Hooks final : public AutogradHooks {
  public:
-  void onRequiresGrad() const override { initialize(); }
+  void onRequiresGrad(TensorImpl& impl) const override {
+    initialize();
+    if (impl.autograd_meta() == nullptr) impl.set_autograd_meta(std::make_unique<AutogradMeta>());
+  }
   void backward(const Tensor& root, const Tensor& gradient, bool retain_graph, bool create_graph) const override {
     modes::backward({root}, gradient.defined() ? std::vector<Tensor>{gradient} : std::vector<Tensor>{}, retain_graph,
                     create_graph);

@@ -47,8 +47,9 @@ Tensor makeFake(const std::shared_ptr<FakeTensorMode>& mode, uint64_t owner, Sto
   auto info = make_intrusive<FakeInfo>(std::move(meta_storage), mode, owner, device);
   auto impl = make_intrusive<TensorImpl>(std::move(fake_storage), dtype, sizes, strides, offset,
                                          DispatchKeySet(DispatchKey::Fake), std::move(info));
-  if (requires_grad) impl->set_requires_grad(true);
-  return Tensor(std::move(impl));
+  Tensor t(std::move(impl));
+  if (requires_grad) t.set_requires_grad(true);  // with its autograd metadata, before any thread shares it
+  return t;
 }
 
 Storage fakeStorage(size_t nbytes, Device device) { return make_intrusive<StorageImpl>(DataPtr{}, nbytes, device); }

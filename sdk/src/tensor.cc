@@ -208,7 +208,7 @@ const Tensor& Tensor::set_requires_grad(bool r) const {
   }
   impl_->set_requires_grad(r);
   if (r) {
-    if (const AutogradHooks* h = autogradHooks()) h->onRequiresGrad();
+    if (const AutogradHooks* h = autogradHooks()) h->onRequiresGrad(*impl_);
   }
   return *this;
 }

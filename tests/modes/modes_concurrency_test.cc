@@ -2,7 +2,9 @@
 // torch_dispatch rules and mode types; autocast on some threads while an autocast
 // rule comes and goes; vmaps (nested, on their own level stacks) on several threads
 // while a batching rule comes and goes; one FakeTensorMode shared by threads that
-// convert the same real tensors and make symbols while its fake impl comes and goes.
+// convert the same real tensors and make symbols while its fake impl comes and goes;
+// backward on several threads through graphs that share leaves, each thread in its
+// own grad mode, while an op's autograd formula comes and goes.
 // Run under TSan: ctest -L concurrency.
 #include <gtest/gtest.h>
 
@@ -14,6 +16,7 @@
 
 #include "strata/library.h"
 #include "strata/modes/autocast.h"
+#include "strata/modes/autograd.h"
 #include "strata/modes/dispatch_mode.h"
 #include "strata/modes/fake.h"
 #include "strata/modes/log_mode.h"
@@ -249,6 +252,104 @@ TEST(ModesConcurrency, OneFakeTensorModeSharedByThreadsWhileAFakeImplComesAndGoe
   for (const auto& v : symbols) all.insert(v.begin(), v.end());
   EXPECT_EQ(all.size(), static_cast<size_t>(kThreads * kIters));
   EXPECT_EQ(mode->num_symbols(), static_cast<size_t>(kThreads * kIters));
+  Dispatcher::singleton().reclaimRetiredKernels();
+}
+
+// Threads build graphs from the same two leaves and run backward at once: every
+// gradient lands in the shared leaves' .grad exactly once (AccumulateGrad takes a
+// per-leaf lock), and a thread under no_grad records nothing while the others do
+// (grad mode is per thread, as in PyTorch).
+TEST(ModesConcurrency, BackwardOnSeveralThreadsThroughSharedLeaves) {
+  Tensor a = from_vector(std::vector<double>{1, 2, 3}, std::vector<int64_t>{3});
+  Tensor b = from_vector(std::vector<double>{4, 5, 6}, std::vector<int64_t>{3});
+  a.set_requires_grad(true);
+  b.set_requires_grad(true);
+  constexpr int kThreads = 4;
+  constexpr int kIters = 200;
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kIters; ++i) {
+        try {
+          // d/da sum(a*b + a) = b + 1; d/db = a.
+          const Tensor y = ops::sum(ops::add(ops::mul(a, b), a));
+          y.backward();
+          modes::NoGradGuard no_grad;
+          if (ops::mul(a, b).requires_grad()) {
+            ADD_FAILURE() << "a result under no_grad requires grad";
+            failed = true;
+          }
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << e.what();
+          failed = true;
+        }
+      }
+    });
+  }
+  // One more thread runs with grad off the whole time.
+  threads.emplace_back([&] {
+    modes::NoGradGuard no_grad;
+    for (int i = 0; i < kIters; ++i) {
+      if (ops::add(a, b).requires_grad() || modes::is_grad_enabled()) failed = true;
+    }
+  });
+  for (auto& th : threads) th.join();
+  EXPECT_FALSE(failed.load());
+  EXPECT_TRUE(modes::is_grad_enabled());
+  const double n = kThreads * kIters;
+  EXPECT_TRUE(ops::allclose(a.grad(), from_vector(std::vector<double>{5 * n, 6 * n, 7 * n}, std::vector<int64_t>{3}))) << a.grad().str();
+  EXPECT_TRUE(ops::allclose(b.grad(), from_vector(std::vector<double>{1 * n, 2 * n, 3 * n}, std::vector<int64_t>{3}))) << b.grad().str();
+}
+
+// An op's formula comes and goes while threads call the op and backward through it:
+// each graph uses the formula it was recorded with (the node holds it), or, recorded
+// without one, fails at backward with the clean "no autograd formula" error.
+TEST(ModesConcurrency, BackwardWhileAnAutogradFormulaComesAndGoes) {
+  Library lib(Library::DEF, "ag_conc");
+  lib.def("twice(Tensor x) -> Tensor");
+  lib.impl("twice", [](const Tensor& x) { return ops::add(x, x); }, DispatchKey::CompositeExplicitAutograd);
+  const auto twice = Dispatcher::singleton().findSchemaOrThrow("ag_conc::twice").typed<Tensor(const Tensor&)>();
+  constexpr int kThreads = 3;
+  constexpr int kIters = 300;
+  std::atomic<bool> failed{false};
+  std::atomic<int> done{0};
+  std::atomic<int> with_formula{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kIters; ++i) {
+        Tensor x = from_vector(std::vector<double>{1, 2}, std::vector<int64_t>{2});
+        x.set_requires_grad(true);
+        try {
+          ops::sum(twice.call(x)).backward();
+          if (!ops::allclose(x.grad(), from_vector(std::vector<double>{2, 2}, std::vector<int64_t>{2}))) {
+            ADD_FAILURE() << "grad " << x.grad().str();
+            failed = true;
+          }
+          ++with_formula;
+        } catch (const Error& e) {
+          if (std::string(e.what()).find("no autograd formula was registered") == std::string::npos) {
+            ADD_FAILURE() << e.what();
+            failed = true;
+          }
+        }
+      }
+      ++done;
+    });
+  }
+  threads.emplace_back([&] {
+    while (done.load() < kThreads) {
+      auto handle = modes::register_autograd(
+          "ag_conc::twice",
+          [](modes::AutogradContext&, const std::vector<Tensor>& g) -> std::vector<IValue> {
+            return {ops::add(g[0], g[0])};
+          });
+      std::this_thread::yield();
+    }
+  });
+  for (auto& th : threads) th.join();
+  EXPECT_FALSE(failed.load());
   Dispatcher::singleton().reclaimRetiredKernels();
 }
 

@@ -82,14 +82,17 @@ class STRATA_API AutogradMetaInterface {
   virtual std::string grad_fn_name() const = 0;
 };
 
+class TensorImpl;
+
 // How the SDK reaches the autograd layer, which lives above it: the layer installs
 // its hooks when its library loads. Null when no autograd layer is linked.
 class STRATA_API AutogradHooks {
  public:
   virtual ~AutogradHooks();
   // A tensor was just marked requires_grad: the layer makes sure its kernels are
-  // registered before the tensor reaches an op.
-  virtual void onRequiresGrad() const = 0;
+  // registered before the tensor reaches an op, and gives the tensor its metadata now,
+  // so threads that later share the tensor only ever read it (Note [Autograd metadata]).
+  virtual void onRequiresGrad(TensorImpl& impl) const = 0;
   virtual void backward(const Tensor& root, const Tensor& gradient, bool retain_graph, bool create_graph) const = 0;
 };
 STRATA_API void setAutogradHooks(const AutogradHooks* hooks);

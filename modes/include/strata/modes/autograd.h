@@ -59,7 +59,10 @@
 //
 // Thread safety: grad mode is per thread. A graph may be used by one backward at a
 // time; leaves' .grad accumulation is locked per leaf, so backwards of different graphs
-// sharing leaves may run on different threads.
+// sharing leaves may run on different threads. A tensor gets its metadata before any
+// other thread can see it (a leaf when requires_grad is set, as PyTorch's
+// requires_grad_ does; a result when its op makes it), so ops on several threads
+// read a shared leaf's metadata without a lock.
 #pragma once
 
 #include <cstdint>
