@@ -53,6 +53,11 @@ bool isNone(std::string_view s) {
   return s == "None" || s == "none" || s == "null";
 }
 
+// A literal as an error message quotes it: whole, or its start when it is long.
+std::string shortened(std::string_view whole) {
+  return whole.size() <= 60 ? std::string(whole) : std::string(whole.substr(0, 57)) + "...";
+}
+
 // The parts of "[a, [b, c], d]" at the top level: {"a", "[b, c]", "d"}.
 std::vector<std::string_view> splitList(std::string_view s, std::string_view whole) {
   s = trim(s);
@@ -87,6 +92,8 @@ struct Nested {
 void flatten(std::string_view s, size_t depth, Nested& out, std::string_view whole) {
   s = trim(s);
   if (!s.empty() && s.front() == '[') {
+    STRATA_CHECK(depth < kMaxLiteralDims, Value, "'", shortened(whole), "': lists nest more than ",
+                 kMaxLiteralDims, " deep (a tensor literal has at most ", kMaxLiteralDims, " dims)");
     const auto parts = splitList(s, whole);
     if (out.shape.size() == depth) out.shape.push_back(static_cast<int64_t>(parts.size()));
     STRATA_CHECK(out.shape.size() > depth && out.shape[depth] == static_cast<int64_t>(parts.size()), Value, "'", whole,
@@ -98,7 +105,16 @@ void flatten(std::string_view s, size_t depth, Nested& out, std::string_view who
                "': a ragged nested list (numbers and lists at the same depth)");
   if (out.leaves.empty()) out.shape.resize(depth);
   STRATA_CHECK(out.shape.size() == depth, Value, "'", whole, "': a ragged nested list");
+  STRATA_CHECK(static_cast<int64_t>(out.leaves.size()) < kMaxLiteralElements, Value, "'", shortened(whole),
+               "': more than ", kMaxLiteralElements, " elements, the most a command-line tensor literal may have");
   out.leaves.push_back(s);
+}
+
+// numel *= size, refused past kMaxLiteralElements (so never overflowing either).
+void checkLiteralSize(int64_t& numel, int64_t size, std::string_view whole) {
+  STRATA_CHECK(size == 0 || numel <= kMaxLiteralElements / size, Value, "'", shortened(whole), "': more than ",
+               kMaxLiteralElements, " elements, the most a command-line tensor literal may have");
+  numel *= size;
 }
 
 }  // namespace
@@ -204,6 +220,7 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
     const std::string_view name = trim(base.substr(0, open));
     const std::string_view args = base.substr(open + 1, base.size() - open - 2);
     std::vector<int64_t> sizes;
+    int64_t numel = 1;
     if (!trim(args).empty()) {
       size_t start = 0;
       while (true) {
@@ -211,7 +228,10 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
         const std::string_view part = args.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
         auto v = asInt(part);
         STRATA_CHECK(v && *v >= 0, Value, "'", whole, "': '", trim(part), "' is not a size (a non-negative int)");
+        STRATA_CHECK(sizes.size() < kMaxLiteralDims, Value, "'", shortened(whole), "': more than ",
+                     kMaxLiteralDims, " sizes (a tensor literal has at most ", kMaxLiteralDims, " dims)");
         sizes.push_back(*v);
+        checkLiteralSize(numel, *v, whole);
         if (comma == std::string_view::npos) break;
         start = comma + 1;
       }
@@ -227,9 +247,7 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
       STRATA_CHECK(sizes.size() == 1, Value, "'", whole, "': arange(N) takes one size");
       t = arange(Scalar(int64_t{0}), Scalar(sizes[0]), Scalar(int64_t{1}), TensorOptions(dt));
     } else if (name == "randn" || name == "rand") {
-      int64_t n = 1;
-      for (int64_t s : sizes) n *= s;
-      std::vector<double> v(static_cast<size_t>(n));
+      std::vector<double> v(static_cast<size_t>(numel));
       std::normal_distribution<double> normal;
       std::uniform_real_distribution<double> uniform;
       for (double& x : v) x = name == "randn" ? normal(rng_) : uniform(rng_);

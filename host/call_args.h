@@ -9,6 +9,8 @@
 //   tensor lists [ones(2), [1,2]]
 // A nested list without a float is int64, with one float32, of only bools bool, as
 // torch.tensor infers. randn/rand draw from a generator seeded with `seed`.
+// A literal has at most kMaxLiteralDims dims and kMaxLiteralElements elements (64 MiB
+// of float32): a typo such as ones(1000000000) is refused, not a 4 GB allocation.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,9 @@
 #include "strata/schema.h"
 
 namespace strata::host {
+
+inline constexpr size_t kMaxLiteralDims = 64;
+inline constexpr int64_t kMaxLiteralElements = int64_t{1} << 24;
 
 // A dtype by its short name (f16, bf16, f32, f64, i8, u8, i32, i64, b8) or its torch
 // name (float16, bfloat16, half, ...); nullopt for anything else.

@@ -505,15 +505,22 @@ std::pair<TypePtr, std::optional<AliasInfo>> Parser::parseType() {
     type = parseBaseType();
     alias = parseAliasAnnotation();
   }
+  // Each `[]` and `?` nests the type one level deeper, under the same limit as
+  // parentheses: types are destroyed, compared and printed recursively.
+  int suffixes = 0;
   while (true) {
-    if (isChar('[') && peek(1).kind == Tok::Char && peek(1).ch == ']') {
+    const bool list = isChar('[') && peek(1).kind == Tok::Char && peek(1).ch == ']';
+    if (!list && !isChar('?')) break;
+    if (type_depth_ + ++suffixes > kMaxTypeDepth) {
+      failAt(cur().begin, "types nest more than " + std::to_string(kMaxTypeDepth) + " levels deep");
+    }
+    if (list) {
       next();
       next();
       wrapInList(type, alias);
-    } else if (nextIfChar('?')) {
-      type = Type::optional(std::move(type));
     } else {
-      break;
+      next();
+      type = Type::optional(std::move(type));
     }
   }
   return {std::move(type), std::move(alias)};

@@ -70,6 +70,21 @@ size_t requiredStorageBytes(IntArrayRef sizes, IntArrayRef strides, int64_t stor
 
 namespace {
 
+// The product of concrete sizes. The storage check bounds the bytes a tensor spans,
+// not its element count: an expanded view (stride 0) of one element may claim
+// [2^40, 2^40], whose count does not fit in 64 bits, as PyTorch also refuses.
+int64_t checkedNumel(const DimVector& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) {
+    if (s == 0) return 0;
+  }
+  for (int64_t s : sizes) {
+    STRATA_CHECK(!__builtin_mul_overflow(n, s, &n), Value, "sizes ", detail::shapeStr(sizes),
+                 " hold more elements than fit in 64 bits");
+  }
+  return n;
+}
+
 // Symbolic: with symbolic sizes (Note [Symbolic sizes]) the strides multiply as
 // expressions, and a symbol is taken to be neither 0 nor 1, as PyTorch's
 // size-oblivious checks do. Concrete tensors use the plain multiply.
@@ -131,8 +146,7 @@ TensorImpl::TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, Int
   STRATA_CHECK(needed <= storage_->nbytes(), Value, "sizes ", detail::shapeStr(sizes_), ", strides ",
                detail::shapeStr(strides_), " and offset ", storage_offset_, " need ", needed,
                " bytes but the storage has ", storage_->nbytes());
-  numel_ = 1;
-  for (int64_t s : sizes_) numel_ *= s;  // cannot overflow: requiredStorageBytes checked the span
+  numel_ = checkedNumel(sizes_);
   is_contiguous_ = computeContiguous<false>(sizes_, strides_);
   key_set_ = computeKeySet(storage_->device(), false);
 }
@@ -154,8 +168,7 @@ TensorImpl::TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, Int
     numel_ = sym::product(sizes_);
     is_contiguous_ = computeContiguous<true>(sizes_, strides_);
   } else {
-    numel_ = 1;
-    for (int64_t s : sizes_) numel_ *= s;
+    numel_ = checkedNumel(sizes_);
     is_contiguous_ = computeContiguous<false>(sizes_, strides_);
   }
   key_set_ = computeKeySet(storage_->device(), false) | layer_keys;

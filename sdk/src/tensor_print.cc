@@ -15,6 +15,9 @@ namespace {
 
 constexpr int64_t kSummarizeAbove = 1000;  // elements; torch's print threshold
 constexpr int64_t kEdgeItems = 3;
+// Values are printed one nested level per dim; past this many dims only the size is
+// (a tensor of 40,000 dims of size 1 would otherwise nest 40,000 calls deep).
+constexpr int64_t kMaxPrintedDims = 64;
 
 struct Formatter {
   bool whole = true;  // every float value is an integer (prints "1." not "1.0000")
@@ -78,9 +81,10 @@ std::string Tensor::str() const {
   // As torch: a result of a differentiable op names its node, a leaf says it requires grad.
   if (const std::string fn = grad_fn_name(); !fn.empty()) suffix += ", grad_fn=<" + fn + ">";
   else if (requires_grad()) suffix += ", requires_grad=True";
-  if (is_meta() || fake) {
+  if (is_meta() || fake || dim() > kMaxPrintedDims) {
     // A fake tensor prints as PyTorch prints one: FakeTensor(..., size=(2, 3)), its
     // device and dtype when they are not the defaults; sizes may be symbolic (u0).
+    // A tensor with more dims than kMaxPrintedDims prints so too.
     os << (fake ? "FakeTensor" : "tensor") << "(..., size=(";
     for (int64_t d = 0; d < dim(); ++d) os << (d ? ", " : "") << sym::str(sizes()[d]);
     os << (dim() == 1 ? ",)" : ")") << suffix << ")";

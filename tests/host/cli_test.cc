@@ -267,6 +267,29 @@ TEST(CliCallTest, BadArgumentsAreClearErrors) {
   EXPECT_EQ(run("call core::sin 'ones(2)' --seed x").status, 2);
 }
 
+// Literals have a documented cap (64 dims, 2^24 elements): deep nesting and huge or
+// overflowing sizes are refused with the reason, never a stack overflow or a 4 GB
+// allocation; a result of 40,000 dims prints its size.
+TEST(CliCallTest, DeepAndHugeLiteralsAreRefusedWithTheCap) {
+  Result r = run("call core::sin " + q(std::string(20000, '[') + "1" + std::string(20000, ']')));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("lists nest more than 64 deep (a tensor literal has at most 64 dims)"));
+  EXPECT_LT(r.out.size(), 400u);  // the message quotes the start of the literal, not all of it
+  for (const char* huge : {"ones(1000000000)", "randn(100000,100000)", "ones(4294967296,4294967296)",
+                           "arange(9223372036854775807)"}) {
+    r = run(std::string("call core::sin '") + huge + "'");
+    EXPECT_EQ(r.status, 1) << huge;
+    EXPECT_THAT(r.out, HasSubstr("more than 16777216 elements, the most a command-line tensor literal may have"))
+        << huge;
+  }
+  EXPECT_EQ(run("call core::sin 'zeros(0,9223372036854775807)'").status, 0);  // empty: nothing to allocate
+  std::string shape = "[1";
+  for (int i = 1; i < 40000; ++i) shape += ",1";
+  r = run("call core::reshape 'ones(1)' '" + shape + "]'");
+  EXPECT_EQ(r.status, 0) << r.out.substr(0, 300);
+  EXPECT_THAT(r.out, HasSubstr("tensor(..., size=(1, 1, 1,"));
+}
+
 TEST(CliCallTest, TheTraceSwitchLogsEveryDispatchStep) {
   const Result r = run("call core::add 'ones(2)' '[1.,2.]'", "", "STRATA_DISPATCH_TRACE=1");
   EXPECT_EQ(r.status, 0) << r.out;

@@ -301,6 +301,24 @@ TEST(SchemaTest, DeepNestingIsAnErrorNotAStackOverflow) {
   EXPECT_EQ(canonical(ok), ok);
 }
 
+// `[]` and `?` nest a type as deeply as parentheses do, under the same limit.
+TEST(SchemaTest, DeepListAndOptionalSuffixesAreAnErrorNotAStackOverflow) {
+  for (const char* suffix : {"[]", "?", "[]?"}) {
+    std::string text = "aten::f(Tensor";
+    for (int i = 0; i < 50000; ++i) text += suffix;
+    text += " x) -> ()";
+    try {
+      parseSchema(text);
+      ADD_FAILURE() << suffix;
+    } catch (const SchemaError& e) {
+      EXPECT_THAT(e.reason(), HasSubstr("types nest more than 64 levels deep")) << suffix;
+    }
+  }
+  std::string ok = "aten::f(Tensor";
+  for (int i = 0; i < 63; ++i) ok += "[]";
+  EXPECT_EQ(parseSchema(ok + " x) -> ()").str(), ok + " x) -> ()");
+}
+
 TEST(SchemaTest, NulBytesAreRejectedNotSkipped) {
   const std::string text("aten::f(Tensor\0 x) -> ()", 24);
   try {

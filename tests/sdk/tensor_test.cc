@@ -206,6 +206,27 @@ TEST(TensorTest, LargeTensorsPrintSummarizedLikeTorch) {
   EXPECT_EQ(ones({1000}).str().find("..."), std::string::npos);  // 1,000 is not above the threshold
 }
 
+// Values print one nested level per dim; a tensor of very many dims prints its size
+// instead of recursing that deep.
+TEST(TensorTest, TensorsOfManyDimsPrintTheirSizeNotAStackOverflow) {
+  const Tensor deep = ones(std::vector<int64_t>(40000, 1));
+  EXPECT_EQ(deep.dim(), 40000);
+  const std::string s = deep.str();
+  EXPECT_EQ(s.rfind("tensor(..., size=(1, 1, 1, ", 0), 0u) << s.substr(0, 80);
+  // Up to 64 dims, values as torch prints them.
+  EXPECT_EQ(ones(std::vector<int64_t>(64, 1)).str(), "tensor(" + std::string(64, '[') + "1." + std::string(64, ']') + ")");
+}
+
+// The storage check bounds the bytes a view spans; a stride-0 view may still claim
+// more elements than 64 bits count, which is refused rather than overflowed.
+TEST(TensorTest, ElementCountsThatOverflowAreRefused) {
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_ERROR(ones({1}).as_strided({big, big}, {0, 0}), Value,
+               "sizes [1099511627776, 1099511627776] hold more elements than fit in 64 bits");
+  EXPECT_EQ(ones({1}).as_strided({big, big, 0}, {0, 0, 0}).numel(), 0);  // a 0 size: empty, whatever the rest
+  EXPECT_EQ(ones({1}).as_strided({big}, {0}).numel(), big);
+}
+
 // Concurrency: handles to one tensor copied and dropped on several threads; the
 // refcount must end where it started (run under TSan: label "concurrency").
 TEST(TensorConcurrencyTest, RefcountIsThreadSafe) {

@@ -139,8 +139,8 @@ T unboxReturn(IValue&& v) {
   else return v.template to<T>();
 }
 
-STRATA_API [[noreturn]] void throwStackTooShort(size_t have, size_t need);
-STRATA_API [[noreturn]] void throwWrongReturnCount(const OperatorHandle& op, size_t have, size_t need);
+[[noreturn]] STRATA_API void throwStackTooShort(size_t have, size_t need);
+[[noreturn]] STRATA_API void throwWrongReturnCount(const OperatorHandle& op, size_t have, size_t need);
 
 // Wraps any callable into an OperatorKernel.
 template <typename F>

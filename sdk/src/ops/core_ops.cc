@@ -359,8 +359,12 @@ Tensor matmul_kernel(const Tensor& a, const Tensor& b) {
     });
     return out;
   }
-  int64_t nb = 1;
-  for (int64_t s : batch) nb *= s;
+  int64_t nb = std::find(batch.begin(), batch.end(), 0) == batch.end() ? 1 : 0;
+  for (int64_t s : batch) {
+    if (nb == 0) break;
+    STRATA_CHECK(!__builtin_mul_overflow(nb, s, &nb), Value, "matmul: the batch sizes ", detail::shapeStr(batch),
+                 " hold more matrices than fit in 64 bits");
+  }
   std::vector<int64_t> ashape = batch, bshape = batch;
   ashape.insert(ashape.end(), {n, k});
   bshape.insert(bshape.end(), {k, m});
