@@ -39,7 +39,9 @@ bool isIdentifier(const QString& s) {
 
 bool isBundleName(const QString& s) { return isName(s); }
 bool isSemanticVersion(const QString& s) {
-  static const QRegularExpression semver(R"(^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)([-+][0-9A-Za-z.+-]*)?$)");
+  // Each number below a billion, so it fits the int QVersionNumber compares.
+  static const QRegularExpression semver(
+      R"(^(0|[1-9]\d{0,8})\.(0|[1-9]\d{0,8})\.(0|[1-9]\d{0,8})([-+][0-9A-Za-z.+-]*)?$)");
   return semver.match(s).hasMatch();
 }
 
@@ -120,6 +122,67 @@ bool stringArray(const QJsonObject& md, const char* field, QStringList* out, QSt
 
 }  // namespace
 
+std::optional<BundleMetadata> checkPluginMetaData(const QJsonObject& meta, QString* why) {
+  const auto fail = [why](const QString& reason) -> std::optional<BundleMetadata> {
+    *why = reason;
+    return std::nullopt;
+  };
+  const QString iid = meta["IID"].toString();
+  if (iid != QLatin1String(STRATA_BUNDLE_IID)) {
+    return fail(QString("plugin IID '%1' is not Strata's (%2)").arg(iid, STRATA_BUNDLE_IID));
+  }
+  const QJsonValue mdv = meta["MetaData"];
+  if (!mdv.isObject() || mdv.toObject().isEmpty()) {
+    return fail("no bundle.json metadata embedded (Q_PLUGIN_METADATA(... FILE \"bundle.json\"))");
+  }
+  const QJsonObject md = mdv.toObject();
+  BundleMetadata m;
+  if (!md["name"].isString() || !isName(md["name"].toString())) {
+    return fail(md.contains("name") ? "bundle.json: \"name\" must be a string of letters, digits, '_', '.', '-'"
+                                  : "bundle.json has no \"name\"");
+  }
+  m.name = md["name"].toString();
+  if (!md["version"].isString() || !isSemanticVersion(md["version"].toString())) {
+    return fail(md.contains("version")
+                  ? "bundle.json: \"version\" '" + md["version"].toVariant().toString() +
+                        "' is not a semantic version (MAJOR.MINOR.PATCH, each number below 1000000000)"
+                  : QString("bundle.json has no \"version\""));
+  }
+  m.version_text = md["version"].toString();
+  m.version = QVersionNumber::fromString(m.version_text);
+  const QJsonValue abi = md["abi"];
+  if (!abi.isObject() || !abi.toObject()["major"].isDouble() || !abi.toObject()["minor"].isDouble()) {
+    return fail("bundle.json: \"abi\" must be {\"major\": N, \"minor\": N}");
+  }
+  m.abi_major = abi.toObject()["major"].toInt(-1);
+  m.abi_minor = abi.toObject()["minor"].toInt(-1);
+  if (!md["description"].isString()) {
+    return fail(md.contains("description") ? "bundle.json: \"description\" must be a string"
+                                         : "bundle.json has no \"description\"");
+  }
+  m.description = md["description"].toString();
+  QString bad;
+  if (!stringArray(md, "defines", &m.defines, &bad) || !stringArray(md, "implements", &m.implements, &bad)) {
+    return fail(bad);
+  }
+  const AbiVersion host = hostSdkAbi();
+  if (m.abi_major != host.major) {
+    return fail(QString("built for SDK ABI %1.%2; this host's ABI is %3.%4 (the major must match)")
+                  .arg(m.abi_major)
+                  .arg(m.abi_minor)
+                  .arg(host.major)
+                  .arg(host.minor));
+  }
+  if (m.abi_minor > host.minor) {
+    return fail(QString("needs SDK ABI %1.%2, newer than this host's %3.%4")
+                  .arg(m.abi_major)
+                  .arg(m.abi_minor)
+                  .arg(host.major)
+                  .arg(host.minor));
+  }
+  return m;
+}
+
 BundleFile readBundleFile(const QString& path) {
   BundleFile f;
   f.path = path;
@@ -131,67 +194,7 @@ BundleFile readBundleFile(const QString& path) {
     f.error = "not a Qt plugin (no plugin metadata could be read: " + loader.errorString() + ")";
     return f;
   }
-  const QString iid = meta["IID"].toString();
-  if (iid != QLatin1String(STRATA_BUNDLE_IID)) {
-    f.error = QString("plugin IID '%1' is not Strata's (%2)").arg(iid, STRATA_BUNDLE_IID);
-    return f;
-  }
-  const QJsonValue mdv = meta["MetaData"];
-  if (!mdv.isObject() || mdv.toObject().isEmpty()) {
-    f.error = "no bundle.json metadata embedded (Q_PLUGIN_METADATA(... FILE \"bundle.json\"))";
-    return f;
-  }
-  const QJsonObject md = mdv.toObject();
-  BundleMetadata m;
-  if (!md["name"].isString() || !isName(md["name"].toString())) {
-    f.error = md.contains("name") ? "bundle.json: \"name\" must be a string of letters, digits, '_', '.', '-'"
-                                  : "bundle.json has no \"name\"";
-    return f;
-  }
-  m.name = md["name"].toString();
-  if (!md["version"].isString() || !isSemanticVersion(md["version"].toString())) {
-    f.error = md.contains("version")
-                  ? "bundle.json: \"version\" '" + md["version"].toVariant().toString() +
-                        "' is not a semantic version (MAJOR.MINOR.PATCH)"
-                  : QString("bundle.json has no \"version\"");
-    return f;
-  }
-  m.version_text = md["version"].toString();
-  m.version = QVersionNumber::fromString(m.version_text);
-  const QJsonValue abi = md["abi"];
-  if (!abi.isObject() || !abi.toObject()["major"].isDouble() || !abi.toObject()["minor"].isDouble()) {
-    f.error = "bundle.json: \"abi\" must be {\"major\": N, \"minor\": N}";
-    return f;
-  }
-  m.abi_major = abi.toObject()["major"].toInt(-1);
-  m.abi_minor = abi.toObject()["minor"].toInt(-1);
-  if (!md["description"].isString()) {
-    f.error = md.contains("description") ? "bundle.json: \"description\" must be a string"
-                                         : "bundle.json has no \"description\"";
-    return f;
-  }
-  m.description = md["description"].toString();
-  if (!stringArray(md, "defines", &m.defines, &f.error) || !stringArray(md, "implements", &m.implements, &f.error)) {
-    return f;
-  }
-  const AbiVersion host = hostSdkAbi();
-  if (m.abi_major != host.major) {
-    f.error = QString("built for SDK ABI %1.%2; this host's ABI is %3.%4 (the major must match)")
-                  .arg(m.abi_major)
-                  .arg(m.abi_minor)
-                  .arg(host.major)
-                  .arg(host.minor);
-    return f;
-  }
-  if (m.abi_minor > host.minor) {
-    f.error = QString("needs SDK ABI %1.%2, newer than this host's %3.%4")
-                  .arg(m.abi_major)
-                  .arg(m.abi_minor)
-                  .arg(host.major)
-                  .arg(host.minor);
-    return f;
-  }
-  f.metadata = std::move(m);
+  f.metadata = checkPluginMetaData(meta, &f.error);
   return f;
 }
 

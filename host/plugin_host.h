@@ -72,6 +72,10 @@ struct BundleFile {
   QString error;                           // why it was rejected
 };
 
+// Checks the metadata Qt read from a plugin (its "IID" and the "MetaData" object
+// holding bundle.json): the bundle's metadata, or nullopt and *why. Never throws.
+std::optional<BundleMetadata> checkPluginMetaData(const QJsonObject& meta, QString* why);
+
 // Reads and checks a bundle's metadata without loading it. Never throws.
 BundleFile readBundleFile(const QString& path);
 

@@ -234,6 +234,10 @@ int Store::schemaVersion() {
 
 void Store::migrate() {
   const int have = schemaVersion();
+  if (have < 0) {
+    throw StoreError("store " + path_ + ": schema version " + std::to_string(have) +
+                     " is not one any strata writes (they count up from 1); refusing to open it");
+  }
   if (have > kSchemaVersion) {
     throw StoreError("store " + path_ + ": schema version " + std::to_string(have) +
                      " was written by a newer strata (this one knows up to " + std::to_string(kSchemaVersion) +

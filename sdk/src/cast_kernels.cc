@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 // x86-64: the bfloat16 loops are also built for AVX2 (32-byte vectors), and float16
 // uses the F16C instructions (IEEE round to nearest even, subnormals and NaNs as
@@ -87,7 +88,9 @@ const CpuFeatures kCpu = [] {
   if (std::getenv("STRATA_PORTABLE_CASTS") != nullptr) return f;
   __builtin_cpu_init();
   f.avx2 = __builtin_cpu_supports("avx2");
-  f.f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports has no "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  f.f16c = __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
   return f;
 }();
 

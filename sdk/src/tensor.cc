@@ -118,7 +118,9 @@ std::vector<int64_t> contiguousStrides(IntArrayRef sizes) {
     if (__builtin_expect(s < 0 || acc < 0, 0)) {  // Note [Symbolic sizes]
       acc = sym::mul(acc, sym::isSymbolic(s) ? s : std::max<int64_t>(s, 1));
     } else {
-      acc *= std::max<int64_t>(s, 1);
+      // An overflow would turn negative and read as a symbol: refuse it here.
+      STRATA_CHECK(!__builtin_mul_overflow(acc, std::max<int64_t>(s, 1), &acc), Value, "sizes ",
+                   detail::shapeStr(sizes), " hold more elements than fit in 64 bits");
     }
   }
   return strides;

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "strata/tensor.h"
 #include "tensor_internal.h"
@@ -15,7 +16,13 @@ Tensor empty_strided(IntArrayRef sizes, IntArrayRef strides, TensorOptions optio
                  ": its size depends on data no kernel has computed (Note [Symbolic sizes])");
     nbytes = 0;  // a meta storage has no memory anyway
   }
-  Tensor t(make_intrusive<TensorImpl>(allocateStorage(nbytes, options.device), options.dtype, sizes, strides, 0));
+  Storage storage = allocateStorage(nbytes, options.device);
+  // A bool is one byte that C++ lets hold only 0 or 1: uninitialized memory would make
+  // every read of it undefined. Bool tensors start False (PyTorch leaves them garbage).
+  if (options.dtype == ScalarType::Bool && options.device.is_cpu() && nbytes != 0) {
+    std::memset(storage->data(), 0, nbytes);
+  }
+  Tensor t(make_intrusive<TensorImpl>(std::move(storage), options.dtype, sizes, strides, 0));
   if (options.requires_grad) t.set_requires_grad(true);
   return t;
 }
@@ -44,7 +51,8 @@ Tensor empty(IntArrayRef sizes, TensorOptions options) {
   int64_t acc = 1;
   for (size_t i = sizes.size(); i > 0; --i) {
     strides[i - 1] = acc;
-    acc *= std::max<int64_t>(sizes[i - 1], 1);
+    STRATA_CHECK(!__builtin_mul_overflow(acc, std::max<int64_t>(sizes[i - 1], 1), &acc), Value, "empty(): sizes ",
+                 detail::shapeStr(sizes), " hold more elements than fit in 64 bits");
   }
   return empty_strided(sizes, IntArrayRef(strides, sizes.size()), options);
 }
@@ -80,12 +88,20 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
                "arange(): upper bound and larger bound inconsistent with step sign");
   const bool integral = !start.isFloatingPoint() && !end.isFloatingPoint() && !step.isFloatingPoint();
   TensorOptions opts = options.value_or(TensorOptions(integral ? ScalarType::Long : ScalarType::Float));
+  // The count in 128 bits (integers) or checked before it becomes an int64 (floats):
+  // arange(-2^63, 2^63 - 1) or a step of 1e-300 has more elements than int64 counts.
   int64_t n = 0;
   if (integral) {
-    const int64_t a = start.toLong(), b = end.toLong(), c = step.toLong();
-    n = c > 0 ? (b - a + c - 1) / c : (a - b + (-c) - 1) / (-c);
+    const __int128 a = start.toLong(), b = end.toLong(), c = step.toLong();
+    const __int128 count = c > 0 ? (b - a + c - 1) / c : (a - b - c - 1) / -c;
+    STRATA_CHECK(count <= std::numeric_limits<int64_t>::max(), Value, "arange(): the range ", s, " -> ", e,
+                 " by ", st, " holds more elements than fit in 64 bits");
+    n = static_cast<int64_t>(count);
   } else {
-    n = static_cast<int64_t>(std::ceil((e - s) / st));
+    const double count = std::ceil((e - s) / st);
+    STRATA_CHECK(count < 0x1p63, Value, "arange(): the range ", s, " -> ", e, " by ", st,
+                 " holds more elements than fit in 64 bits");
+    n = static_cast<int64_t>(count);
   }
   Tensor host = empty({n}, TensorOptions(opts.dtype));
   STRATA_DISPATCH_ALL_TYPES(opts.dtype, "arange", [&] {

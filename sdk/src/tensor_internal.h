@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "strata/tensor.h"
@@ -81,6 +83,8 @@ inline D convertElement(S v) {
     return D(static_cast<float>(v));
   } else if constexpr (std::is_same_v<D, bool>) {
     return v != S(0);
+  } else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
+    return floatToInt<D>(v);
   } else {
     return static_cast<D>(v);
   }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <ostream>
 #include <type_traits>
 
@@ -9,6 +10,32 @@
 #include "strata/half.h"
 
 namespace strata {
+
+namespace detail {
+// A float to an integer type. C++ leaves NaN, infinities and values out of the
+// target's range undefined; Strata gives what PyTorch gives on x86-64 (where the
+// conversion instruction returns the "integer indefinite" value): int64 and int32
+// get their minimum, narrower types go through int32 (uint8 through int64, as c10's
+// TypeCast does) and wrap. So -2.5 -> uint8 is 254, 300.0 -> int8 is 44, NaN ->
+// int64 is INT64_MIN, and every input has one defined answer.
+template <typename Wide, typename F>
+inline Wide truncateOrIndefinite(F v) {
+  // The range [min, max + 1) of Wide, exactly representable as powers of two.
+  constexpr F lo = static_cast<F>(std::numeric_limits<Wide>::min());
+  constexpr F hi = -lo;
+  return v >= lo && v < hi ? static_cast<Wide>(v) : std::numeric_limits<Wide>::min();  // false for NaN
+}
+template <typename D, typename F>
+inline D floatToInt(F v) {
+  if constexpr (sizeof(D) == 8 || std::is_same_v<D, uint8_t>) {
+    return static_cast<D>(truncateOrIndefinite<int64_t>(v));
+  } else if constexpr (sizeof(D) == 4 && std::is_signed_v<D>) {
+    return static_cast<D>(truncateOrIndefinite<int32_t>(v));
+  } else {
+    return static_cast<D>(truncateOrIndefinite<int32_t>(v));
+  }
+}
+}  // namespace detail
 
 class STRATA_API Scalar {
  public:
@@ -31,7 +58,8 @@ class STRATA_API Scalar {
   bool isBoolean() const { return kind_ == Kind::Bool; }
 
   double toDouble() const { return kind_ == Kind::Double ? v_.d : static_cast<double>(v_.i); }
-  int64_t toLong() const { return kind_ == Kind::Double ? static_cast<int64_t>(v_.d) : v_.i; }
+  // A double converts as detail::floatToInt says (NaN and out-of-range values defined).
+  int64_t toLong() const { return kind_ == Kind::Double ? detail::floatToInt<int64_t>(v_.d) : v_.i; }
   bool toBool() const { return kind_ == Kind::Double ? v_.d != 0 : v_.i != 0; }
 
   // The value converted to T with C++ semantics (Half/BFloat16 round to nearest even).
@@ -41,7 +69,7 @@ class STRATA_API Scalar {
     else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
       return T(static_cast<float>(toDouble()));
     else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(toDouble());
-    else return kind_ == Kind::Double ? static_cast<T>(v_.d) : static_cast<T>(v_.i);
+    else return kind_ == Kind::Double ? detail::floatToInt<T>(v_.d) : static_cast<T>(v_.i);
   }
 
   friend bool operator==(const Scalar& a, const Scalar& b) {

@@ -153,6 +153,15 @@ Tensor scalarTensor(const Scalar& s, ScalarType dtype, Device device) {
 
 // --- add / sub / mul / div ---
 
+// Note [Integer overflow]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Integer tensors wrap: int64 max + 1 is int64 min, 3 * 2^62 is -2^62, as PyTorch's
+// integer tensors behave on every machine it ships for. This file is built with
+// -fwrapv (sdk/CMakeLists.txt) so that is the defined meaning of its signed
+// arithmetic, not undefined behaviour the optimizer may exploit; narrower types
+// compute in int and convert back, which C++20 defines as modular. Floats converted
+// to integers follow detail::floatToInt (tensor_internal.h).
+
 template <typename T>
 T applyAlpha(T b, const Scalar& alpha) {
   if constexpr (std::is_same_v<T, bool>) return b && alpha.toBool();

@@ -140,7 +140,7 @@ template <typename Return, typename... Args>
 class TypedCustomOpDef<Return(Args...)> final : public CustomOpDef {
  public:
   TypedCustomOpDef(std::string name, std::unique_ptr<Library> lib)
-      : CustomOpDef(std::move(name), std::move(lib)), typed_(op().typed<Return(Args...)>()) {}
+      : CustomOpDef(std::move(name), std::move(lib)), typed_(op().template typed<Return(Args...)>()) {}
   // A dispatcher call of the op (every layer sees it).
   Return operator()(Args... args) const { return typed_.call(std::forward<Args>(args)...); }
   const TypedOperatorHandle<Return(Args...)>& typed() const { return typed_; }
