@@ -117,6 +117,12 @@ TEST(Store, RefusesANewerSchemaAndFilesThatAreNotDatabases) {
   }
   EXPECT_THAT(errorOf([&] { Store s(d.file("new.db")); }), HasSubstr("schema version 99 was written by a newer strata"));
   {
+    Store s(d.file("negative.db"));
+    s.exec("PRAGMA user_version = -2560");
+  }
+  EXPECT_THAT(errorOf([&] { Store s(d.file("negative.db")); }),
+              HasSubstr("negative.db: schema version -2560 is not one any strata writes"));
+  {
     std::ofstream f(d.file("junk.db"));
     f << "this is not an SQLite database, just some text that is long enough to have a header";
   }

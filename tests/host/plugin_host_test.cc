@@ -5,6 +5,8 @@
 
 #include <QDir>
 #include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QTemporaryDir>
 
 #include <atomic>
@@ -83,6 +85,36 @@ bool mapped(const QString& file_name) {
     if (line.find(file_name.toStdString()) != std::string::npos) return true;
   }
   return false;
+}
+
+// The check discovery runs on every plugin's metadata, on JSON alone. Version numbers
+// must fit the int QVersionNumber compares (a fuzzer found one that did not).
+TEST(PluginHost, ChecksMetadataFieldByField) {
+  const auto meta = [](const char* bundle_json) {
+    QJsonObject m;
+    m["IID"] = QStringLiteral(STRATA_BUNDLE_IID);
+    m["MetaData"] = QJsonDocument::fromJson(bundle_json).object();
+    return m;
+  };
+  const AbiVersion abi = hostSdkAbi();
+  const std::string ok = R"({"name": "demo", "version": "999999999.0.1", "abi": {"major": )" +
+                         std::to_string(abi.major) + R"(, "minor": 0}, "description": "d", "defines": ["demo"],
+                         "implements": []})";
+  QString why;
+  const auto m = checkPluginMetaData(meta(ok.c_str()), &why);
+  ASSERT_TRUE(m.has_value()) << why.toStdString();
+  EXPECT_EQ(m->version, QVersionNumber(999999999, 0, 1));
+  std::string big = ok;
+  big.replace(big.find("999999999"), 9, "17777777777777777777777777777777777777");
+  EXPECT_FALSE(checkPluginMetaData(meta(big.c_str()), &why).has_value());
+  EXPECT_THAT(why.toStdString(), HasSubstr("is not a semantic version (MAJOR.MINOR.PATCH, each number below 1000000000)"));
+  EXPECT_FALSE(isSemanticVersion("1000000000.0.0"));
+  EXPECT_FALSE(isSemanticVersion("01.2.3"));
+  EXPECT_TRUE(isSemanticVersion("1.2.3-rc.1+b5"));
+  QJsonObject other;
+  other["IID"] = "org.example.Other/1";
+  EXPECT_FALSE(checkPluginMetaData(other, &why).has_value());
+  EXPECT_THAT(why.toStdString(), HasSubstr("plugin IID 'org.example.Other/1' is not Strata's"));
 }
 
 TEST(PluginHost, ReadsMetadataWithoutLoadingTheLibrary) {

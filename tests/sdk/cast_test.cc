@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <functional>
+#include <limits>
 #include <vector>
 
 #include "strata/ops.h"
@@ -191,6 +193,53 @@ TEST(CastTest, OddLengthsAndEmptyTensors) {
       EXPECT_EQ(bitsOf(b)[static_cast<size_t>(i)], referenceBFloat16(xs[static_cast<size_t>(i)]));
     }
     EXPECT_EQ(ops::to(h, ScalarType::Float).numel(), n);
+  }
+}
+
+// Floats to integers: C++ leaves NaN and out-of-range values undefined; Strata gives
+// what PyTorch gives on x86-64 (Note [Integer overflow] in core_ops.cc).
+TEST(CastTest, FloatsOutOfAnIntegersRangeConvertAsPyTorchOnX86) {
+  const double nan = std::nan("");
+  const Tensor x = from_vector(std::vector<double>{-2.5, 300.0, nan, 1e300, 7.9, -1e300});
+  auto as = [&](ScalarType t) { return x.to(t).to(ScalarType::Long).to_vector<int64_t>(); };
+  const int64_t i64min = std::numeric_limits<int64_t>::min();
+  const int64_t i32min = std::numeric_limits<int32_t>::min();
+  EXPECT_EQ(as(ScalarType::Long), (std::vector<int64_t>{-2, 300, i64min, i64min, 7, i64min}));
+  EXPECT_EQ(as(ScalarType::Int), (std::vector<int64_t>{-2, 300, i32min, i32min, 7, i32min}));
+  EXPECT_EQ(as(ScalarType::Byte), (std::vector<int64_t>{254, 44, 0, 0, 7, 0}));
+  EXPECT_EQ(as(ScalarType::Char), (std::vector<int64_t>{-2, 44, 0, 0, 7, 0}));
+  EXPECT_EQ(Scalar(1e300).toLong(), i64min);
+  EXPECT_EQ(Scalar(-2.5).to<uint8_t>(), 254);
+  // Through float16 too.
+  EXPECT_EQ(x.to(ScalarType::Half).to(ScalarType::Long).to_vector<int64_t>()[3], i64min);  // inf in half
+}
+
+// Integer tensors wrap on overflow, as PyTorch's do.
+TEST(CastTest, IntegerArithmeticWraps) {
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  const Tensor big = full({2}, Scalar(max), TensorOptions(ScalarType::Long));
+  EXPECT_EQ(ops::add(big, Scalar(int64_t{1})).to_vector<int64_t>()[0], std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(ops::mul(big, Scalar(int64_t{3})).to_vector<int64_t>()[0], max - 2);  // 3 * max mod 2^64
+  const Tensor i32 = full({1}, Scalar(int64_t{2147483647}), TensorOptions(ScalarType::Int));
+  EXPECT_EQ(ops::add(i32, i32).to(ScalarType::Long).to_vector<int64_t>()[0], -2);
+}
+
+// Bools are one byte that C++ lets hold only 0 or 1, so bool tensors start False;
+// arange's count and contiguous strides never overflow.
+TEST(CastTest, BoolTensorsStartFalseAndHugeCountsAreRefused) {
+  const Tensor b = empty({64}, TensorOptions(ScalarType::Bool));
+  EXPECT_EQ(ops::sum(b.to(ScalarType::Long)).to_vector<int64_t>()[0], 0);
+  for (auto f : std::vector<std::function<void()>>{
+           [] { arange(Scalar(std::numeric_limits<int64_t>::min()), Scalar(std::numeric_limits<int64_t>::max()),
+                       Scalar(int64_t{1})); },
+           [] { arange(Scalar(0.0), Scalar(1.0), Scalar(1e-300)); },
+           [] { empty({int64_t{1} << 40, int64_t{1} << 40}, TensorOptions(kMeta)); }}) {
+    try {
+      f();
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("more elements than fit in 64 bits"), std::string::npos) << e.what();
+    }
   }
 }
 
