@@ -2,7 +2,14 @@
 
 #include <sqlite3.h>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <functional>
+#include <thread>
 #include <utility>
 
 namespace strata::db {
@@ -10,13 +17,25 @@ namespace strata::db {
 // Note [Store migrations]
 // ~~~~~~~~~~~~~~~~~~~~~~~
 // PRAGMA user_version is the schema version of the file. Opening a store runs, in
-// one transaction each, the migrations from the file's version up to
-// kSchemaVersion; a file newer than this build is refused (never downgraded), so
-// an old binary cannot damage a new store. Migrations only add: tables, columns,
+// one exclusive (IMMEDIATE) transaction that also reads the version, the migrations
+// from the file's version up to kSchemaVersion, so processes opening one store at
+// once migrate it exactly once; a file newer than this build is refused (never
+// downgraded), so an old binary cannot damage a new store. A store is marked as
+// Strata's by PRAGMA application_id (kApplicationId); a file without the mark is
+// refused, never migrated: an empty file, another program's database. (A store from
+// before the mark, versions 1-3 with Strata's tables, gets it on open.) Migrations only add: tables, columns,
 // triggers. Version 1 is the registry (bundles, operators, registrations, kernel
 // state, pins, audit); version 2 adds running hosts, the change feed hosts poll,
 // and bundle admin state; version 3 adds each operator's tags and alias analysis
 // kind (a row a version-2 binary wrote reads as no tags, FROM_SCHEMA).
+
+// Note [Creating a store]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A store that does not exist yet is built complete (WAL, every migration, the
+// application id) in a private file beside it, then link()ed into place, which
+// fails if the path exists. So a store path is either absent or a whole store: eight
+// processes creating one at the same instant all open the one that won, and an
+// empty file at the path is never something Strata left there, hence refused.
 
 namespace {
 
@@ -158,23 +177,94 @@ class Store::Stmt {
 
 const char* Store::migrationSql(int v) { return v >= 1 && v <= kSchemaVersion ? kMigrations[v - 1] : nullptr; }
 
-Store::Store(const std::string& path) : path_(path) {
-  const int rc = sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                                 nullptr);
+namespace {
+
+std::string folderOf(const std::string& path) {
+  const std::filesystem::path p(path);
+  return p.has_parent_path() ? p.parent_path().string() : std::string(".");
+}
+
+// Runs one statement, retrying while another connection holds a lock the busy
+// handler does not wait for (PRAGMA journal_mode takes one), for up to 10 s.
+int execRetryingBusy(sqlite3* db, const char* sql) {
+  int rc = SQLITE_OK;
+  for (int i = 0; i < 1000; ++i) {
+    rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+    if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return rc;
+}
+
+}  // namespace
+
+void Store::openConnection(bool create) {
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
+  const int rc = sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK) {
-    const std::string why = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    std::string why = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     sqlite3_close(db_);
     db_ = nullptr;
-    throw StoreError("store " + path + ": cannot open: " + why);
+    std::error_code ec;
+    if (!std::filesystem::exists(path_, ec)) why = "it does not exist";
+    else if (::access(path_.c_str(), R_OK | W_OK) != 0) why = std::string(std::strerror(errno)) + " (" + why + ")";
+    throw StoreError("store " + path_ + ": cannot open: " + why);
   }
   sqlite3_busy_timeout(db_, 5000);
   sqlite3_extended_result_codes(db_, 1);
+}
+
+void Store::useWal() {
+  if (execRetryingBusy(db_, "PRAGMA journal_mode=WAL") != SQLITE_OK) fail("PRAGMA journal_mode=WAL");
+  prepare("PRAGMA foreign_keys=ON").run();
+}
+
+void Store::createAtomically(const std::string& path) {
+  const std::string folder = folderOf(path);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(folder, ec)) {
+    throw StoreError("store " + path + ": cannot create it: the folder " + folder + " does not exist");
+  }
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    throw StoreError("store " + path + ": cannot create it in " + folder + ": " + std::strerror(errno));
+  }
+  const std::string tmp = path + ".new-" + std::to_string(::getpid()) + "-" +
+                          std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  auto removeTmp = [&] {
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((tmp + suffix).c_str());
+  };
   try {
-    {
-      Stmt s = prepare("PRAGMA journal_mode=WAL");
-      s.run();
-    }
-    prepare("PRAGMA foreign_keys=ON").run();
+    Store s(tmp, Store::Creating{});
+    s.transaction([&] {
+      for (int v = 1; v <= kSchemaVersion; ++v) s.exec(kMigrations[v - 1]);
+      s.exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
+      s.exec("PRAGMA application_id = " + std::to_string(kApplicationId));
+    });
+  } catch (...) {
+    removeTmp();
+    throw;
+  }
+  // Closed: the WAL is checkpointed into the file, which is now a whole store.
+  const int linked = ::link(tmp.c_str(), path.c_str());
+  const int err = errno;
+  removeTmp();
+  if (linked != 0 && err != EEXIST) {  // EEXIST: another process made it first; open theirs
+    throw StoreError("store " + path + ": cannot create it: " + std::strerror(err));
+  }
+}
+
+Store::Store(const std::string& path, Creating) : path_(path) {
+  openConnection(/*create=*/true);
+  useWal();
+}
+
+Store::Store(const std::string& path) : path_(path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) createAtomically(path);
+  openConnection(/*create=*/false);
+  try {
+    refuseUnmarked();  // before anything writes to the file
+    useWal();
     migrate();
   } catch (...) {
     sqlite3_close(db_);
@@ -232,23 +322,55 @@ int Store::schemaVersion() {
   return s.step() ? static_cast<int>(s.integer(0)) : 0;
 }
 
-void Store::migrate() {
+int64_t Store::applicationId() {
+  Stmt s = prepare("PRAGMA application_id");
+  return s.step() ? s.integer(0) : 0;
+}
+
+void Store::refuseUnmarked() {
+  const int64_t app = applicationId();
+  if (app == kApplicationId) return;
   const int have = schemaVersion();
-  if (have < 0) {
-    throw StoreError("store " + path_ + ": schema version " + std::to_string(have) +
-                     " is not one any strata writes (they count up from 1); refusing to open it");
+  auto hasTable = [&](const char* name) {
+    Stmt s = prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?");
+    s.bind(name);
+    return s.step();
+  };
+  // A store from before the mark: Strata's version numbers and tables (migrate() marks it).
+  if (app == 0 && have >= 1 && have <= kSchemaVersion && hasTable("bundles") && hasTable("audit") &&
+      hasTable("kernel_state")) {
+    return;
   }
-  if (have > kSchemaVersion) {
-    throw StoreError("store " + path_ + ": schema version " + std::to_string(have) +
-                     " was written by a newer strata (this one knows up to " + std::to_string(kSchemaVersion) +
-                     "); refusing to open it");
-  }
-  for (int v = have + 1; v <= kSchemaVersion; ++v) {
-    transaction([&] {
-      exec(kMigrations[v - 1]);
-      exec("PRAGMA user_version = " + std::to_string(v));
-    });
-  }
+  std::error_code ec;
+  const bool empty = std::filesystem::file_size(path_, ec) == 0 && !ec;
+  Stmt n = prepare("SELECT count(*) FROM sqlite_master");
+  const int64_t objects = n.step() ? n.integer(0) : 0;
+  std::string why;
+  if (empty) why = "the file is empty, and a store Strata creates never is";
+  else if (app != 0) why = "its application_id is " + std::to_string(app) + ", another program's";
+  else if (objects == 0) why = "it is an empty SQLite database, not one Strata created";
+  else why = "it is an SQLite database without Strata's mark or tables (another program's?)";
+  throw StoreError("store " + path_ + ": not a Strata store: " + why + "; refusing to open it");
+}
+
+void Store::migrate() {
+  // Most opens: already a current store, and no write lock is taken.
+  if (applicationId() == kApplicationId && schemaVersion() == kSchemaVersion) return;
+  transaction([&] {  // BEGIN IMMEDIATE: one process at a time reads the version and migrates
+    const int have = schemaVersion();
+    if (have < 0) {
+      throw StoreError("store " + path_ + ": schema version " + std::to_string(have) +
+                       " is not one any strata writes (they count up from 1); refusing to open it");
+    }
+    if (have > kSchemaVersion) {
+      throw StoreError("store " + path_ + ": schema version " + std::to_string(have) +
+                       " was written by a newer strata (this one knows up to " + std::to_string(kSchemaVersion) +
+                       "); refusing to open it");
+    }
+    for (int v = have + 1; v <= kSchemaVersion; ++v) exec(kMigrations[v - 1]);
+    exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
+    exec("PRAGMA application_id = " + std::to_string(kApplicationId));
+  });
 }
 
 int64_t Store::dataVersion() {

@@ -3,8 +3,14 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <vector>
 
 #include "strata/db/store.h"
 
@@ -129,7 +135,83 @@ TEST(Store, RefusesANewerSchemaAndFilesThatAreNotDatabases) {
   const std::string e = errorOf([&] { Store s(d.file("junk.db")); });
   EXPECT_THAT(e, HasSubstr(d.file("junk.db")));
   EXPECT_THAT(e, HasSubstr("not a database"));
-  EXPECT_THAT(errorOf([&] { Store s("/nonexistent-dir/x.db"); }), HasSubstr("cannot open"));
+  EXPECT_THAT(errorOf([&] { Store s("/nonexistent-dir/x.db"); }),
+              HasSubstr("store /nonexistent-dir/x.db: cannot create it: the folder /nonexistent-dir does not exist"));
+}
+
+// Stores carry Strata's mark (PRAGMA application_id); a file without it is refused,
+// its bytes unchanged, never migrated into a store. A store from before the mark
+// (Strata's tables and versions) gets it.
+TEST(Store, RefusesEmptyFilesAndOtherProgramsDatabasesUnchanged) {
+  TempDir d;
+  const auto bytes = [](const std::string& f) {
+    std::ifstream in(f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::ofstream(d.file("empty.db")).close();
+  EXPECT_THAT(errorOf([&] { Store s(d.file("empty.db")); }),
+              HasSubstr("empty.db: not a Strata store: the file is empty, and a store Strata creates never is"));
+  EXPECT_EQ(bytes(d.file("empty.db")), "");
+  for (const char* sql : {"CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('mine');",
+                          "PRAGMA application_id = 1234; CREATE TABLE t (x);"}) {
+    sqlite3* raw = nullptr;
+    std::filesystem::remove(d.file("other.db"));
+    ASSERT_EQ(sqlite3_open(d.file("other.db").c_str(), &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw, sql, nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(raw);
+    const std::string before = bytes(d.file("other.db"));
+    const std::string e = errorOf([&] { Store s(d.file("other.db")); });
+    EXPECT_THAT(e, HasSubstr("other.db: not a Strata store")) << sql;
+    EXPECT_EQ(bytes(d.file("other.db")), before) << sql;
+  }
+  {
+    Store s(d.file("a.db"));  // created: marked
+  }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(d.file("a.db").c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(raw, "PRAGMA application_id", -1, &st, nullptr);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(st, 0), Store::kApplicationId);
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+}
+
+// Eight processes open one store that does not exist yet at the same instant: each
+// succeeds, and the store is created and migrated once (Note [Creating a store]).
+TEST(Store, EightProcessesCreatingOneStoreAtOnceAllSucceed) {
+  for (int round = 0; round < 10; ++round) {
+    TempDir d;
+    const std::string path = d.file("race.db");
+    std::vector<pid_t> kids;
+    for (int i = 0; i < 8; ++i) {
+      const pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        try {
+          Store s(path);
+          s.setKernelState("race::op" + std::to_string(i), "CPU", false, "race", "kid");
+          _exit(s.schemaVersion() == Store::kSchemaVersion ? 0 : 3);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "process %d: %s\n", i, e.what());
+          _exit(2);
+        }
+      }
+      kids.push_back(pid);
+    }
+    for (pid_t pid : kids) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round;
+    }
+    Store s(path);
+    EXPECT_EQ(s.kernelStates().size(), 8u);
+    EXPECT_EQ(s.auditLog().size(), 8u);
+    // Nothing of the losers' private files is left beside it.
+    size_t files = 0;
+    for (const auto& e : std::filesystem::directory_iterator(d.path)) files += e.path().string().find(".new-") != std::string::npos;
+    EXPECT_EQ(files, 0u);
+  }
 }
 
 TEST(Store, AdminActionsAreAuditedAndTheAuditLogIsAppendOnly) {

@@ -70,6 +70,8 @@ struct AuditRow {
 class Store {
  public:
   static constexpr int kSchemaVersion = 3;
+  // PRAGMA application_id of every store ("Stra"): a file without it is not Strata's.
+  static constexpr int32_t kApplicationId = 0x53747261;
   // The DDL that takes a store from version v-1 to v (v = 1..kSchemaVersion).
   static const char* migrationSql(int v);
 
@@ -139,6 +141,17 @@ class Store {
   [[noreturn]] void fail(const std::string& what);
   int64_t addChange(const std::string& kind, const std::string& target);
   void migrate();
+  // StoreError unless the file carries Strata's mark (or is a store from before it).
+  void refuseUnmarked();
+  void useWal();
+  int64_t applicationId();
+  // Opens path_ (creating it when `create`), with the busy timeout and WAL.
+  void openConnection(bool create);
+  // Makes path_ a new, complete store by building it beside the path and linking it
+  // into place (Note [Creating a store]).
+  static void createAtomically(const std::string& path);
+  struct Creating {};
+  Store(const std::string& path, Creating);  // a connection that creates the file, nothing more
 
   std::string path_;
   sqlite3* db_ = nullptr;
