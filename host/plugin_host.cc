@@ -18,7 +18,7 @@
 #include "strata/dispatcher.h"
 #include "strata/modes/dispatch_mode.h"
 
-Q_LOGGING_CATEGORY(lcHost, "strata.host")
+Q_LOGGING_CATEGORY(lcHost, "strata.host", QtInfoMsg)  // debug lines only when QT_LOGGING_RULES asks
 
 namespace strata::host {
 
@@ -258,6 +258,7 @@ void PluginHost::applyKernelStates() {
 }
 
 QStringList PluginHost::sync() {
+  qCDebug(lcHost) << "sync: applying the store and rescanning the plugin directory";
   QStringList what;
   auto pass = [&] {
     if (store_ != nullptr) {
@@ -647,6 +648,12 @@ void PluginHost::poll() {
   try {
     const int64_t v = store_->dataVersion();
     if (v == data_version_) return;
+    // Another connection committed. Only an admin change (the change feed) asks for a
+    // sync: other hosts' heartbeats and bundle records do not, or two idle hosts would
+    // wake each other at the poll rate, each re-hashing every bundle. The directory
+    // has its own watcher.
+    data_version_ = v;
+    if (store_->latestChange() == last_applied_) return;
     const int64_t before = last_applied_;
     const QStringList what = sync();
     for (const auto& w : what) qCInfo(lcHost).noquote() << w;

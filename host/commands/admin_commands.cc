@@ -99,7 +99,7 @@ Session::~Session() = default;
 
 std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load_plugins) {
   // Loading bundles is the host's news, not this command's: warnings only.
-  QLoggingCategory::setFilterRules("strata.host.info=false");
+  QLoggingCategory::setFilterRules("strata.host.info=false\nstrata.host.debug=false");
   auto session = std::make_unique<Session>();
   session->store = std::make_unique<db::Store>(s(storeOption(parser)));
   if (load_plugins) {

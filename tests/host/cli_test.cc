@@ -318,9 +318,12 @@ namespace strata_e2e {
 struct ServeProcess {
   std::string dir;
   pid_t pid = -1;
-  ServeProcess(const std::string& dir, const std::string& plugins, const std::string& db) : dir(dir) {
+  ServeProcess(const std::string& dir, const std::string& plugins, const std::string& db,
+               const char* logging_rules = nullptr)
+      : dir(dir) {
     pid = fork();
     if (pid == 0) {
+      if (logging_rules != nullptr) setenv("QT_LOGGING_RULES", logging_rules, 1);
       const std::string log = dir + "/serve.log";
       freopen(log.c_str(), "w", stdout);
       freopen(log.c_str(), "a", stderr);
@@ -348,6 +351,39 @@ struct ServeProcess {
     if (pid > 0) stop();
   }
 };
+
+// Two idle hosts on one store: each one's heartbeats and records are commits the other
+// sees, but only an admin change makes a host sync (re-hash every bundle and write),
+// so idle hosts never wake each other.
+TEST(ServeEndToEnd, TwoIdleHostsOnOneStoreDoNotWakeEachOther) {
+  char tmpl[] = "/tmp/strata-idle-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string plugins = dir + "/plugins", db = dir + "/s.db";
+  ASSERT_EQ(std::system(("mkdir -p " + plugins + " " + dir + "/a " + dir + "/b && cp " STRATA_PLUGIN_BUILD_DIR
+                         "/libmylib.so " + plugins).c_str()),
+            0);
+  const char* rules = "strata.host.debug=true";
+  ServeProcess a(dir + "/a", plugins, db, rules);
+  ServeProcess b(dir + "/b", plugins, db, rules);
+  a.waitFor("ready.", 100);
+  b.waitFor("ready.", 100);
+  usleep(2500000);  // 50 polls and 2 heartbeats each
+  auto syncs = [](const std::string& log) {
+    size_t n = 0;
+    for (size_t at = log.find("sync: "); at != std::string::npos; at = log.find("sync: ", at + 1)) ++n;
+    return n;
+  };
+  const size_t idle_a = syncs(a.log()), idle_b = syncs(b.log());
+  EXPECT_LE(idle_a, 2u) << a.log();
+  EXPECT_LE(idle_b, 2u) << b.log();
+  // An admin change still reaches both.
+  EXPECT_EQ(run("kernel disable mylib::sin cpu --wait --db " + db).status, 0);
+  EXPECT_GT(syncs(a.log()), idle_a);
+  EXPECT_GT(syncs(b.log()), idle_b);
+  EXPECT_EQ(a.stop(), 0);
+  EXPECT_EQ(b.stop(), 0);
+  std::system(("rm -rf " + dir).c_str());
+}
 
 // The admin commands' bad input: each a clear error naming the thing, with its exit code.
 TEST(AdminCommands, BadInputIsAClearErrorWithTheRightExitCode) {
