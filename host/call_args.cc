@@ -61,7 +61,7 @@ std::string shortened(std::string_view whole) {
 // The parts of "[a, [b, c], d]" at the top level: {"a", "[b, c]", "d"}.
 std::vector<std::string_view> splitList(std::string_view s, std::string_view whole) {
   s = trim(s);
-  STRATA_CHECK(s.size() >= 2 && s.front() == '[' && s.back() == ']', Value, "'", whole, "': expected a list in [ ]");
+  STRATA_CHECK(s.size() >= 2 && s.front() == '[' && s.back() == ']', Value, "'", shortened(whole), "': expected a list in [ ]");
   std::string_view body = trim(s.substr(1, s.size() - 2));
   std::vector<std::string_view> parts;
   if (body.empty()) return parts;
@@ -71,15 +71,15 @@ std::vector<std::string_view> splitList(std::string_view s, std::string_view who
     const char c = body[i];
     if (c == '[' || c == '(') ++depth;
     if (c == ']' || c == ')') --depth;
-    STRATA_CHECK(depth >= 0, Value, "'", whole, "': unbalanced brackets");
+    STRATA_CHECK(depth >= 0, Value, "'", shortened(whole), "': unbalanced brackets");
     if (c == ',' && depth == 0) {
       parts.push_back(trim(body.substr(start, i - start)));
       start = i + 1;
     }
   }
-  STRATA_CHECK(depth == 0, Value, "'", whole, "': unbalanced brackets");
+  STRATA_CHECK(depth == 0, Value, "'", shortened(whole), "': unbalanced brackets");
   parts.push_back(trim(body.substr(start)));
-  for (std::string_view p : parts) STRATA_CHECK(!p.empty(), Value, "'", whole, "': an empty list element");
+  for (std::string_view p : parts) STRATA_CHECK(!p.empty(), Value, "'", shortened(whole), "': an empty list element");
   return parts;
 }
 
@@ -104,7 +104,7 @@ void flatten(std::string_view s, size_t depth, Nested& out, std::string_view who
   STRATA_CHECK(out.shape.size() == depth || out.leaves.empty(), Value, "'", whole,
                "': a ragged nested list (numbers and lists at the same depth)");
   if (out.leaves.empty()) out.shape.resize(depth);
-  STRATA_CHECK(out.shape.size() == depth, Value, "'", whole, "': a ragged nested list");
+  STRATA_CHECK(out.shape.size() == depth, Value, "'", shortened(whole), "': a ragged nested list");
   STRATA_CHECK(static_cast<int64_t>(out.leaves.size()) < kMaxLiteralElements, Value, "'", shortened(whole),
                "': more than ", kMaxLiteralElements, " elements, the most a command-line tensor literal may have");
   out.leaves.push_back(s);
@@ -141,7 +141,7 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
       if (text[end] == '[') ++depth;
       if (text[end] == ']' && --depth == 0) break;
     }
-    STRATA_CHECK(end < text.size(), Value, "'", whole, "': unbalanced brackets");
+    STRATA_CHECK(end < text.size(), Value, "'", shortened(whole), "': unbalanced brackets");
     ++end;
   } else {
     end = text.find(')');
@@ -157,7 +157,7 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
   Device device = kCPU;
   bool requires_grad = false;
   while (!rest.empty()) {
-    STRATA_CHECK(rest.front() == ':', Value, "'", whole, "': expected ':' before a modifier, found '", rest, "'");
+    STRATA_CHECK(rest.front() == ':', Value, "'", shortened(whole), "': expected ':' before a modifier, found '", rest, "'");
     rest.remove_prefix(1);
     size_t next = rest.find(':');
     std::string_view mod = rest.substr(0, next);
@@ -178,7 +178,7 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
       try {
         device = Device(mod);
       } catch (const Error&) {
-        STRATA_FAIL(Value, "'", whole, "': unknown modifier '", mod,
+        STRATA_FAIL(Value, "'", shortened(whole), "': unknown modifier '", mod,
                     "' (expected a dtype such as f16/float32/int64, a device such as cpu/meta/cuda, or requires_grad)");
       }
     }
@@ -193,7 +193,7 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
       if (asBool(leaf)) continue;
       all_bool = false;
       if (asInt(leaf)) continue;
-      STRATA_CHECK(asDouble(leaf).has_value(), Value, "'", whole, "': '", leaf, "' is not a number");
+      STRATA_CHECK(asDouble(leaf).has_value(), Value, "'", shortened(whole), "': '", leaf, "' is not a number");
       any_float = true;
     }
     const ScalarType inferred = n.leaves.empty() ? kFloat32 : all_bool ? kBool : any_float ? kFloat32 : kInt64;
@@ -216,7 +216,7 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
     if (dtype) t = t.to(*dtype);
   } else {
     const size_t open = base.find('(');
-    STRATA_CHECK(open != std::string_view::npos, Value, "'", whole, "': expected NAME(sizes)");
+    STRATA_CHECK(open != std::string_view::npos, Value, "'", shortened(whole), "': expected NAME(sizes)");
     const std::string_view name = trim(base.substr(0, open));
     const std::string_view args = base.substr(open + 1, base.size() - open - 2);
     std::vector<int64_t> sizes;
@@ -227,7 +227,7 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
         const size_t comma = args.find(',', start);
         const std::string_view part = args.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
         auto v = asInt(part);
-        STRATA_CHECK(v && *v >= 0, Value, "'", whole, "': '", trim(part), "' is not a size (a non-negative int)");
+        STRATA_CHECK(v && *v >= 0, Value, "'", shortened(whole), "': '", trim(part), "' is not a size (a non-negative int)");
         STRATA_CHECK(sizes.size() < kMaxLiteralDims, Value, "'", shortened(whole), "': more than ",
                      kMaxLiteralDims, " sizes (a tensor literal has at most ", kMaxLiteralDims, " dims)");
         sizes.push_back(*v);
@@ -244,7 +244,7 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
     } else if (name == "empty") {
       t = zeros(sizes, dt);  // deterministic output for a command line
     } else if (name == "arange") {
-      STRATA_CHECK(sizes.size() == 1, Value, "'", whole, "': arange(N) takes one size");
+      STRATA_CHECK(sizes.size() == 1, Value, "'", shortened(whole), "': arange(N) takes one size");
       t = arange(Scalar(int64_t{0}), Scalar(sizes[0]), Scalar(int64_t{1}), TensorOptions(dt));
     } else if (name == "randn" || name == "rand") {
       std::vector<double> v(static_cast<size_t>(numel));
@@ -253,7 +253,7 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
       for (double& x : v) x = name == "randn" ? normal(rng_) : uniform(rng_);
       t = from_vector(v, sizes).to(dt);
     } else {
-      STRATA_FAIL(Value, "'", whole, "': unknown tensor factory '", name,
+      STRATA_FAIL(Value, "'", shortened(whole), "': unknown tensor factory '", name,
                   "' (expected ones, zeros, empty, arange, randn or rand)");
     }
   }

@@ -659,6 +659,7 @@ void PluginHost::poll() {
     for (const auto& w : what) qCInfo(lcHost).noquote() << w;
     if (last_applied_ != before) qCInfo(lcHost) << "applied store changes up to" << last_applied_;
   } catch (const std::exception& e) {
+    data_version_ = -1;  // the change was not applied: the next poll tries again
     qCWarning(lcHost).noquote() << "store poll failed:" << e.what();
   }
 }

@@ -2,9 +2,13 @@
 
 #include <sqlite3.h>
 
+#include <QCryptographicHash>
+#include <QByteArray>
+
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -27,7 +31,8 @@ namespace strata::db {
 // triggers. Version 1 is the registry (bundles, operators, registrations, kernel
 // state, pins, audit); version 2 adds running hosts, the change feed hosts poll,
 // and bundle admin state; version 3 adds each operator's tags and alias analysis
-// kind (a row a version-2 binary wrote reads as no tags, FROM_SCHEMA).
+// kind (a row a version-2 binary wrote reads as no tags, FROM_SCHEMA); version 4
+// chains the audit rows (Note [The audit chain]) and chains the rows already there.
 
 // Note [Creating a store]
 // ~~~~~~~~~~~~~~~~~~~~~~~
@@ -36,6 +41,22 @@ namespace strata::db {
 // fails if the path exists. So a store path is either absent or a whole store: eight
 // processes creating one at the same instant all open the one that won, and an
 // empty file at the path is never something Strata left there, hence refused.
+
+// Note [The audit chain]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Triggers refuse UPDATE, DELETE and an INSERT that would replace a row (INSERT OR
+// REPLACE deletes the old row without firing DELETE triggers), which stops an honest
+// mistake but not someone who drops them. So each audit row also stores
+//   hash = sha256(id, time, actor, action, target, before, after, prev_hash)
+// (each field length-prefixed), where prev_hash is the previous row's hash ("" for
+// the first), and ids count up by one from 1 (sqlite_sequence remembers the highest
+// ever given). verifyAudit() walks the log and names the first row where it breaks:
+// an edited row no longer hashes to its hash; a deleted one leaves a gap in the ids
+// and a prev_hash that matches nothing; an inserted one has no valid hash, or
+// breaks the next row's prev_hash; rows deleted at the end leave the sequence past
+// the last id. Someone who can rewrite the file can also recompute the whole chain
+// from the point they edit: keep the head hash that `strata audit --verify` prints
+// somewhere else, and a rewritten history no longer ends in it.
 
 namespace {
 
@@ -122,6 +143,13 @@ CREATE TABLE bundle_admin (
     R"sql(
 ALTER TABLE operators ADD COLUMN tags TEXT NOT NULL DEFAULT '';
 ALTER TABLE operators ADD COLUMN alias_analysis TEXT NOT NULL DEFAULT 'FROM_SCHEMA';
+)sql",
+    // 4 (Note [The audit chain]; Store::migrate chains rows already there)
+    R"sql(
+ALTER TABLE audit ADD COLUMN prev_hash TEXT NOT NULL DEFAULT '';
+ALTER TABLE audit ADD COLUMN hash TEXT NOT NULL DEFAULT '';
+CREATE TRIGGER audit_no_replace BEFORE INSERT ON audit WHEN EXISTS (SELECT 1 FROM audit WHERE id = NEW.id)
+  BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: replacing a row refused'); END;
 )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
@@ -368,9 +396,58 @@ void Store::migrate() {
                        "); refusing to open it");
     }
     for (int v = have + 1; v <= kSchemaVersion; ++v) exec(kMigrations[v - 1]);
+    if (have < 4) chainExistingAuditRows();
     exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
     exec("PRAGMA application_id = " + std::to_string(kApplicationId));
   });
+}
+
+namespace {
+
+void addField(QCryptographicHash& h, const std::string& v) {
+  const std::string len = std::to_string(v.size()) + ":";
+  h.addData(QByteArrayView(len.data(), static_cast<qsizetype>(len.size())));
+  h.addData(QByteArrayView(v.data(), static_cast<qsizetype>(v.size())));
+}
+
+}  // namespace
+
+std::string Store::auditRowHash(const AuditRow& r, const std::string& prev_hash) {
+  QCryptographicHash h(QCryptographicHash::Sha256);
+  addField(h, std::to_string(r.id));
+  for (const std::string* f : {&r.time, &r.actor, &r.action, &r.target, &r.before, &r.after, &prev_hash}) {
+    addField(h, *f);
+  }
+  return h.result().toHex().toStdString();
+}
+
+void Store::chainExistingAuditRows() {
+  // Rows written before the chain: hashed in id order, renumbered 1..n if a gap was
+  // ever left, inside the migration's transaction (the triggers step aside for it).
+  std::vector<AuditRow> rows = auditLog();
+  exec("DROP TRIGGER audit_no_update; DROP TRIGGER audit_no_delete; DROP TRIGGER audit_no_replace;");
+  exec("DELETE FROM audit");
+  std::string prev;
+  int64_t id = 0;
+  for (AuditRow& r : rows) {
+    r.id = ++id;
+    const std::string hash = auditRowHash(r, prev);
+    prepare("INSERT INTO audit (id, time, actor, action, target, before, after, prev_hash, hash) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        .bind(r.id).bind(r.time).bind(r.actor).bind(r.action).bind(r.target).bind(r.before).bind(r.after)
+        .bind(prev).bind(hash)
+        .run();
+    prev = hash;
+  }
+  prepare("UPDATE sqlite_sequence SET seq = ? WHERE name = 'audit'").bind(id).run();
+  exec(R"sql(
+CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+  BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: UPDATE refused'); END;
+CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+  BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: DELETE refused'); END;
+CREATE TRIGGER audit_no_replace BEFORE INSERT ON audit WHEN EXISTS (SELECT 1 FROM audit WHERE id = NEW.id)
+  BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: replacing a row refused'); END;
+)sql");
 }
 
 int64_t Store::dataVersion() {
@@ -626,15 +703,76 @@ double Store::secondsSinceHeartbeat(const std::string& id) {
 
 // --- Audit ---
 
+int64_t Store::auditSequence() {
+  Stmt s = prepare("SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'audit'");
+  return s.step() ? s.integer(0) : 0;
+}
+
 void Store::audit(const std::string& actor, const std::string& action, const std::string& target,
                   const std::string& before, const std::string& after) {
-  prepare("INSERT INTO audit (actor, action, target, before, after) VALUES (?, ?, ?, ?, ?)")
-      .bind(actor)
-      .bind(action)
-      .bind(target)
-      .bind(before)
-      .bind(after)
-      .run();
+  // In the write transaction, so the row's id and prev_hash are the log's tail's.
+  transaction([&] {
+    AuditRow r{0, "", actor, action, target, before, after};
+    std::string prev;
+    int64_t last = 0;
+    {
+      Stmt s = prepare("SELECT id, hash FROM audit ORDER BY id DESC LIMIT 1");
+      if (s.step()) {
+        last = s.integer(0);
+        prev = s.text(1);
+      }
+    }
+    r.id = std::max(last, auditSequence()) + 1;
+    {
+      Stmt s = prepare("SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')");
+      if (s.step()) r.time = s.text(0);
+    }
+    prepare("INSERT INTO audit (id, time, actor, action, target, before, after, prev_hash, hash) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        .bind(r.id).bind(r.time).bind(actor).bind(action).bind(target).bind(before).bind(after)
+        .bind(prev).bind(auditRowHash(r, prev))
+        .run();
+  });
+}
+
+AuditVerdict Store::verifyAudit() {
+  AuditVerdict v;
+  Stmt s = prepare("SELECT id, time, actor, action, target, before, after, prev_hash, hash FROM audit ORDER BY id");
+  std::string prev;
+  int64_t expected = 1;
+  auto broken = [&](int64_t id, std::string why) {
+    v.ok = false;
+    v.first_bad_id = id;
+    v.why = std::move(why);
+    return v;
+  };
+  while (s.step()) {
+    AuditRow r{s.integer(0), s.text(1), s.text(2), s.text(3), s.text(4), s.text(5), s.text(6)};
+    const std::string prev_hash = s.text(7), hash = s.text(8);
+    if (r.id != expected) {
+      return broken(r.id, r.id > expected ? "rows " + std::to_string(expected) + ".." + std::to_string(r.id - 1) +
+                                                " are missing (deleted)"
+                                          : "its id is out of sequence (expected " + std::to_string(expected) + ")");
+    }
+    if (hash.empty()) return broken(r.id, "it has no hash (written around Strata: inserted by hand?)");
+    if (prev_hash != prev) {
+      return broken(r.id, "its prev_hash does not match the hash of the row before it (a row was deleted, "
+                          "inserted or edited there)");
+    }
+    if (hash != auditRowHash(r, prev_hash)) {
+      return broken(r.id, "its content does not match its hash (edited)");
+    }
+    prev = hash;
+    ++expected;
+    ++v.rows;
+  }
+  const int64_t seq = auditSequence();
+  if (seq > v.rows) {
+    return broken(v.rows + 1, "rows " + std::to_string(v.rows + 1) + ".." + std::to_string(seq) +
+                                  " were written and are gone (deleted from the end)");
+  }
+  v.head = prev;
+  return v;
 }
 
 std::vector<AuditRow> Store::auditLog(const std::string& since, const std::string& op) {

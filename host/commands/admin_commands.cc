@@ -1,4 +1,6 @@
 // strata serve / plugins / kernel / audit: the host and its store from the command line.
+#include <cmath>
+
 #include <QCoreApplication>
 #include <QDateTime>
 #include <QSysInfo>
@@ -323,8 +325,8 @@ int runKernelCommand(const QStringList& args) {
   if (parser.isSet("wait") && pos.size() == 4) {
     bool ok = false;
     wait_secs = pos.takeLast().toDouble(&ok);
-    if (!ok || wait_secs < 0) {
-      err << args.first() << ": --wait expects a number of seconds\n";
+    if (!ok || !std::isfinite(wait_secs) || wait_secs < 0 || wait_secs > 86400) {
+      err << args.first() << ": --wait expects a number of seconds from 0 to 86400\n";
       return kExitUsage;
     }
   }
@@ -403,12 +405,43 @@ int runAuditCommand(const QStringList& args) {
   parser.addOption({"since", "Only rows at or after TIME (ISO 8601, e.g. 2026-11-22 or 2026-11-22T10:00).", "TIME"});
   parser.addOption({"op", "Only rows about OP.", "OP"});
   parser.addOption({"json", "Print a JSON array."});
+  parser.addOption({"verify",
+                    "Check the log's hash chain instead of printing it: exit 0 when it holds (the head hash is "
+                    "printed: keep it elsewhere to check later), 1 naming the first row where it breaks."});
   QTextStream out(stdout);
   QTextStream err(stderr);
   if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
   if (!parser.positionalArguments().isEmpty()) {
     err << args.first() << ": takes no arguments\n";
     return kExitUsage;
+  }
+  if (parser.isSet("verify")) {
+    if (parser.isSet("since") || parser.isSet("op")) {
+      err << args.first() << ": --verify checks the whole log; it takes no --since or --op\n";
+      return kExitUsage;
+    }
+    try {
+      db::Store store(s(storeOption(parser)));
+      const db::AuditVerdict v = store.verifyAudit();
+      if (parser.isSet("json")) {
+        out << QJsonDocument(QJsonObject{{"ok", v.ok},
+                                         {"rows", static_cast<qint64>(v.rows)},
+                                         {"first_bad_id", v.ok ? QJsonValue() : QJsonValue(static_cast<qint64>(v.first_bad_id))},
+                                         {"why", q(v.why)},
+                                         {"head", q(v.head)}})
+                   .toJson(QJsonDocument::Indented);
+      } else if (v.ok) {
+        out << "audit log of " << q(store.path()) << ": " << v.rows << " row(s), the chain holds; head "
+            << (v.head.empty() ? QString("(empty log)") : q(v.head)) << "\n";
+      } else {
+        out << "audit log of " << q(store.path()) << ": the chain breaks at row " << v.first_bad_id << ": "
+            << q(v.why) << " (" << v.rows << " row(s) before it hold)\n";
+      }
+      return v.ok ? kExitOk : kExitInvalidInput;
+    } catch (const std::exception& e) {
+      err << "error: " << e.what() << "\n";
+      return kExitInvalidInput;
+    }
   }
   QString since = parser.value("since");
   if (!since.isEmpty()) {

@@ -44,14 +44,17 @@ AutogradMeta* metaOf(const Tensor& t) {
   return static_cast<AutogradMeta*>(t.unsafeGetTensorImpl()->autograd_meta());
 }
 
+// Held while a tensor's metadata is installed, here and by the requires_grad hook.
+std::mutex g_create_meta_mu;
+
 AutogradMeta& ensureMeta(const Tensor& t) {
   TensorImpl* impl = t.unsafeGetTensorImpl();
   if (impl->autograd_meta() == nullptr) {
     // Leaves got theirs when requires_grad was set (Note [Autograd metadata]), so this
-    // is a tensor no other thread can see yet; the lock covers a caller that breaks
-    // that rule without making the common read pay for it.
-    static std::mutex create_mu;
-    std::lock_guard<std::mutex> lock(create_mu);
+    // is a tensor no other thread can see yet. The lock makes two installers agree;
+    // the read before it is unlocked, so sharing a tensor across threads before it
+    // has metadata is a race, as it is in PyTorch.
+    std::lock_guard<std::mutex> lock(g_create_meta_mu);
     if (impl->autograd_meta() == nullptr) impl->set_autograd_meta(std::make_unique<AutogradMeta>());
   }
   return *static_cast<AutogradMeta*>(impl->autograd_meta());
@@ -919,6 +922,7 @@ class Hooks final : public AutogradHooks {
  public:
   void onRequiresGrad(TensorImpl& impl) const override {
     initialize();
+    std::lock_guard<std::mutex> lock(detail::g_create_meta_mu);
     if (impl.autograd_meta() == nullptr) impl.set_autograd_meta(std::make_unique<AutogradMeta>());
   }
   void backward(const Tensor& root, const Tensor& gradient, bool retain_graph, bool create_graph) const override {

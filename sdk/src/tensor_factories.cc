@@ -84,9 +84,12 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
   const double s = start.toDouble(), e = end.toDouble(), st = step.toDouble();
   STRATA_CHECK(std::isfinite(s) && std::isfinite(e), Value, "arange(): unsupported range ", s, " -> ", e);
   STRATA_CHECK(st != 0, Value, "arange(): step must be nonzero");
-  STRATA_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), Value,
-               "arange(): upper bound and larger bound inconsistent with step sign");
   const bool integral = !start.isFloatingPoint() && !end.isFloatingPoint() && !step.isFloatingPoint();
+  // Integers compare exactly: as doubles, 2^63 - 1 and 2^63 - 2 are one number.
+  const bool consistent = integral ? (step.toLong() > 0 && end.toLong() >= start.toLong()) ||
+                                         (step.toLong() < 0 && end.toLong() <= start.toLong())
+                                   : (st > 0 && e >= s) || (st < 0 && e <= s);
+  STRATA_CHECK(consistent, Value, "arange(): upper bound and larger bound inconsistent with step sign");
   TensorOptions opts = options.value_or(TensorOptions(integral ? ScalarType::Long : ScalarType::Float));
   // The count in 128 bits (integers) or checked before it becomes an int64 (floats):
   // arange(-2^63, 2^63 - 1) or a step of 1e-300 has more elements than int64 counts.
@@ -107,8 +110,13 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
   STRATA_DISPATCH_ALL_TYPES(opts.dtype, "arange", [&] {
     auto* p = static_cast<scalar_t*>(host.data_ptr());
     for (int64_t i = 0; i < n; ++i) {
-      if (integral) p[i] = detail::convertElement<scalar_t>(start.toLong() + i * step.toLong());
-      else p[i] = detail::convertElement<scalar_t>(s + static_cast<double>(i) * st);
+      // In 128 bits: start + i * step lies within [start, end], but i * step alone may not fit in 64.
+      if (integral) {
+        p[i] = detail::convertElement<scalar_t>(
+            static_cast<int64_t>(static_cast<__int128>(start.toLong()) + static_cast<__int128>(i) * step.toLong()));
+      } else {
+        p[i] = detail::convertElement<scalar_t>(s + static_cast<double>(i) * st);
+      }
     }
   });
   Tensor out = host.to(opts.device);
@@ -123,7 +131,8 @@ Tensor fromHostBuffer(const void* data, size_t count, ScalarType dtype,
   int64_t n = 1;
   for (int64_t s : shape) {
     STRATA_CHECK(s >= 0, Value, "from_vector(): negative size ", s, " in ", shapeStr(shape));
-    n *= s;
+    STRATA_CHECK(!__builtin_mul_overflow(n, s, &n), Value, "from_vector(): sizes ", shapeStr(shape),
+                 " hold more elements than fit in 64 bits");
   }
   STRATA_CHECK(n == static_cast<int64_t>(count), Value, "from_vector(): sizes ", shapeStr(shape),
                " hold ", n, " elements but ", count, " values were given");

@@ -102,7 +102,7 @@ TEST(Store, AVersion2FileGainsOperatorTagsAndKeepsItsRows) {
     sqlite3_close(raw);
   }
   Store s(d.file("v2.db"));
-  EXPECT_EQ(s.schemaVersion(), 3);
+  EXPECT_EQ(s.schemaVersion(), Store::kSchemaVersion);
   ASSERT_EQ(s.operators().size(), 1u);
   EXPECT_EQ(s.operators()[0].owner, "m@1.0.0");
   s.replaceRegistrations("m@1.0.0",
@@ -244,6 +244,167 @@ TEST(Store, AdminActionsAreAuditedAndTheAuditLogIsAppendOnly) {
   EXPECT_THAT(errorOf([&] { s.exec("DELETE FROM audit"); }), HasSubstr("append-only"));
   EXPECT_EQ(s.auditLog().size(), 5u);
   EXPECT_EQ(s.auditLog()[0].actor, "ann");
+}
+
+// Note [The audit chain]: each kind of tampering, done with sqlite3 around Strata (the
+// triggers dropped, as someone who means it would), is found at the row it touched.
+namespace {
+
+void tamper(const std::string& path, const std::string& sql) {
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  char* msg = nullptr;
+  const int rc = sqlite3_exec(raw,
+                              ("DROP TRIGGER IF EXISTS audit_no_update; DROP TRIGGER IF EXISTS audit_no_delete; "
+                               "DROP TRIGGER IF EXISTS audit_no_replace; " + sql)
+                                  .c_str(),
+                              nullptr, nullptr, &msg);
+  EXPECT_EQ(rc, SQLITE_OK) << (msg != nullptr ? msg : "");
+  sqlite3_free(msg);
+  sqlite3_close(raw);
+}
+
+// A store with five audited changes, ids 1..5.
+std::string fiveChanges(const TempDir& d, const char* name) {
+  const std::string path = d.file(name);
+  Store s(path);
+  for (int i = 0; i < 5; ++i) s.setKernelState("a::b", "CPU", i % 2 == 0, "r" + std::to_string(i), "ann");
+  return path;
+}
+
+}  // namespace
+
+TEST(Store, TheAuditLogIsAChainThatVerifies) {
+  TempDir d;
+  const std::string path = fiveChanges(d, "a.db");
+  Store s(path);
+  const AuditVerdict v = s.verifyAudit();
+  EXPECT_TRUE(v.ok) << v.why;
+  EXPECT_EQ(v.rows, 5);
+  EXPECT_EQ(v.head.size(), 64u);
+  // The head moves with every row, and an empty log verifies.
+  s.pin("p", "1.0.0", "bob");
+  EXPECT_TRUE(s.verifyAudit().ok);
+  EXPECT_NE(s.verifyAudit().head, v.head);
+  Store empty(d.file("empty.db"));
+  EXPECT_TRUE(empty.verifyAudit().ok);
+  EXPECT_EQ(empty.verifyAudit().rows, 0);
+}
+
+TEST(Store, INSERTORREPLACECannotOverwriteAnAuditRow) {
+  TempDir d;
+  Store s(d.file("a.db"));
+  s.setKernelState("a::b", "CPU", false, "", "ann");
+  EXPECT_THAT(errorOf([&] {
+                s.exec("INSERT OR REPLACE INTO audit (id, actor, action, target) VALUES (1, 'mallory', 'x', 'y')");
+              }),
+              HasSubstr("append-only"));
+  EXPECT_THAT(errorOf([&] { s.exec("REPLACE INTO audit (id, actor, action, target) VALUES (1, 'm', 'x', 'y')"); }),
+              HasSubstr("append-only"));
+  ASSERT_EQ(s.auditLog().size(), 1u);
+  EXPECT_EQ(s.auditLog()[0].actor, "ann");
+  EXPECT_TRUE(s.verifyAudit().ok);
+}
+
+TEST(Store, AnEditedAuditRowBreaksTheChainThere) {
+  TempDir d;
+  const std::string path = fiveChanges(d, "a.db");
+  tamper(path, "UPDATE audit SET actor = 'mallory' WHERE id = 3");
+  const AuditVerdict v = Store(path).verifyAudit();
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.first_bad_id, 3);
+  EXPECT_EQ(v.rows, 2);
+  EXPECT_THAT(v.why, HasSubstr("edited"));
+}
+
+TEST(Store, ADeletedAuditRowBreaksTheChainThere) {
+  TempDir d;
+  const std::string path = fiveChanges(d, "a.db");
+  tamper(path, "DELETE FROM audit WHERE id = 2");
+  AuditVerdict v = Store(path).verifyAudit();
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.first_bad_id, 3);
+  EXPECT_THAT(v.why, HasSubstr("missing"));
+  // Renumbered to hide the gap: the prev_hash no longer matches.
+  const std::string other = fiveChanges(d, "b.db");
+  tamper(other, "DELETE FROM audit WHERE id = 2; UPDATE audit SET id = id - 1 WHERE id > 2;"
+                "UPDATE sqlite_sequence SET seq = 4 WHERE name = 'audit'");
+  v = Store(other).verifyAudit();
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.first_bad_id, 2);
+}
+
+TEST(Store, AuditRowsDeletedFromTheEndAreFound) {
+  TempDir d;
+  const std::string path = fiveChanges(d, "a.db");
+  tamper(path, "DELETE FROM audit WHERE id >= 4");
+  Store s(path);
+  AuditVerdict v = s.verifyAudit();
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.first_bad_id, 4);
+  EXPECT_THAT(v.why, HasSubstr("deleted from the end"));
+  // A later honest row does not paper over it: ids go on from the sequence.
+  s.setKernelState("a::b", "CPU", true, "", "ann");
+  v = s.verifyAudit();
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.first_bad_id, 6);
+  EXPECT_THAT(v.why, HasSubstr("missing"));
+}
+
+TEST(Store, AnInsertedAuditRowBreaksTheChainThere) {
+  TempDir d;
+  const std::string path = fiveChanges(d, "a.db");
+  // Appended by hand: no hash.
+  tamper(path, "INSERT INTO audit (id, actor, action, target) VALUES (6, 'mallory', 'kernel.enable', 'a::b CPU')");
+  AuditVerdict v = Store(path).verifyAudit();
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.first_bad_id, 6);
+  EXPECT_THAT(v.why, HasSubstr("no hash"));
+  // Slipped in between, everything after it moved up, with a well-formed hash of its own.
+  const std::string other = fiveChanges(d, "b.db");
+  {
+    Store s(other);
+    const auto rows = s.auditLog();
+    AuditRow fake = rows[1];
+    fake.id = 3;
+    fake.actor = "mallory";
+    const std::string hash = Store::auditRowHash(fake, "0000");
+    tamper(other, "UPDATE audit SET id = id + 10 WHERE id >= 3; UPDATE audit SET id = id - 9 WHERE id >= 13;"
+                  "INSERT INTO audit (id, time, actor, action, target, before, after, prev_hash, hash) VALUES (3, '" +
+                      fake.time + "', 'mallory', '" + fake.action + "', '" + fake.target + "', '', '', '0000', '" +
+                      hash + "');"
+                      "UPDATE sqlite_sequence SET seq = 6 WHERE name = 'audit'");
+  }
+  v = Store(other).verifyAudit();
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.first_bad_id, 3);
+  EXPECT_THAT(v.why, HasSubstr("prev_hash"));
+}
+
+TEST(Store, AStoreFromBeforeTheChainIsChainedOnOpen) {
+  TempDir d;
+  const std::string path = d.file("v3.db");
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+    for (int v = 1; v <= 3; ++v) ASSERT_EQ(sqlite3_exec(raw, Store::migrationSql(v), nullptr, nullptr, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw,
+                           "PRAGMA user_version = 3;"
+                           "INSERT INTO audit (actor, action, target) VALUES ('ann', 'kernel.disable', 'a::b CPU');"
+                           "INSERT INTO audit (actor, action, target) VALUES ('bob', 'kernel.enable', 'a::b CPU');",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  Store s(path);
+  EXPECT_EQ(s.schemaVersion(), Store::kSchemaVersion);
+  ASSERT_EQ(s.auditLog().size(), 2u);
+  EXPECT_EQ(s.auditLog()[1].actor, "bob");
+  EXPECT_TRUE(s.verifyAudit().ok) << s.verifyAudit().why;
+  s.pin("p", "1.0.0", "cy");
+  EXPECT_TRUE(s.verifyAudit().ok);
+  EXPECT_EQ(s.verifyAudit().rows, 3);
+  EXPECT_THAT(errorOf([&] { s.exec("DELETE FROM audit"); }), HasSubstr("append-only"));  // triggers back
 }
 
 TEST(Store, StatePersistsAcrossReopening) {

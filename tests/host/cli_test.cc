@@ -422,6 +422,35 @@ TEST(AdminCommands, BadInputIsAClearErrorWithTheRightExitCode) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// `strata audit --verify`: the chain holds after honest changes, and an edit made with
+// the sqlite3 shell around the triggers is named by its row, exit code 1.
+TEST(AdminCommands, AuditVerifyFindsAnEditMadeWithTheSqliteShell) {
+  char tmpl[] = "/tmp/strata-verify-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string file = dir + "/s.db";
+  const std::string db = " --db " + file;
+  ASSERT_EQ(run("kernel disable core::add.Tensor cpu --actor ann" + db).status, 0);
+  ASSERT_EQ(run("kernel enable core::add.Tensor cpu --actor ann" + db).status, 0);
+  ASSERT_EQ(run("plugins pin muladd 1.0.0 --actor bob" + db).status, 0);
+  Result r = run("audit --verify" + db);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("3 row(s), the chain holds; head "));
+  r = run("audit --verify --op core::add.Tensor" + db);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--verify checks the whole log"));
+  ASSERT_EQ(std::system(("sqlite3 " + file +
+                         " \"DROP TRIGGER audit_no_update; UPDATE audit SET actor = 'mallory' WHERE id = 2\"")
+                            .c_str()),
+            0);
+  r = run("audit --verify" + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("the chain breaks at row 2: its content does not match its hash (edited)"));
+  r = run("audit --verify --json" + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("\"first_bad_id\": 2"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // Answers that never mislead: a toggle names a namespace, a pin a version, --wait a
 // live host; an op no bundle defines is accepted with a warning; names a user
 // types without an overload, or misspells, get the closest ones.

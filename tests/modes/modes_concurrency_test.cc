@@ -315,9 +315,11 @@ TEST(ModesConcurrency, BackwardWhileAnAutogradFormulaComesAndGoes) {
   std::atomic<bool> failed{false};
   std::atomic<int> done{0};
   std::atomic<int> with_formula{0};
+  std::atomic<bool> churning{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
+      while (!churning.load()) std::this_thread::yield();
       for (int i = 0; i < kIters; ++i) {
         Tensor x = from_vector(std::vector<double>{1, 2}, std::vector<int64_t>{2});
         x.set_requires_grad(true);
@@ -345,11 +347,16 @@ TEST(ModesConcurrency, BackwardWhileAnAutogradFormulaComesAndGoes) {
           [](modes::AutogradContext&, const std::vector<Tensor>& g) -> std::vector<IValue> {
             return {ops::add(g[0], g[0])};
           });
-      std::this_thread::yield();
+      churning = true;
+      // Held until some backward has run through it, so the test sees both outcomes.
+      do {
+        std::this_thread::yield();
+      } while (with_formula.load() == 0 && done.load() < kThreads);
     }
   });
   for (auto& th : threads) th.join();
   EXPECT_FALSE(failed.load());
+  EXPECT_GT(with_formula.load(), 0);  // some backwards ran through the formula
   Dispatcher::singleton().reclaimRetiredKernels();
 }
 

@@ -27,7 +27,12 @@ inline Wide truncateOrIndefinite(F v) {
 }
 template <typename D, typename F>
 inline D floatToInt(F v) {
-  if constexpr (sizeof(D) == 8 || std::is_same_v<D, uint8_t>) {
+  if constexpr (std::is_unsigned_v<D> && sizeof(D) >= 4) {
+    // Wide unsigned types (not a tensor dtype): exact in range, else through int64.
+    constexpr F hi = static_cast<F>(std::numeric_limits<D>::max() / 2 + 1) * F(2);
+    if (v >= F(0) && v < hi) return static_cast<D>(v);
+    return static_cast<D>(truncateOrIndefinite<int64_t>(v));
+  } else if constexpr (sizeof(D) == 8 || std::is_same_v<D, uint8_t>) {
     return static_cast<D>(truncateOrIndefinite<int64_t>(v));
   } else if constexpr (sizeof(D) == 4 && std::is_signed_v<D>) {
     return static_cast<D>(truncateOrIndefinite<int32_t>(v));
@@ -62,7 +67,8 @@ class STRATA_API Scalar {
   int64_t toLong() const { return kind_ == Kind::Double ? detail::floatToInt<int64_t>(v_.d) : v_.i; }
   bool toBool() const { return kind_ == Kind::Double ? v_.d != 0 : v_.i != 0; }
 
-  // The value converted to T with C++ semantics (Half/BFloat16 round to nearest even).
+  // The value converted to T: C++ semantics where C++ defines them (Half/BFloat16 round
+  // to nearest even), detail::floatToInt for a double to an integer type.
   template <typename T>
   T to() const {
     if constexpr (std::is_same_v<T, bool>) return toBool();

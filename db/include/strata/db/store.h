@@ -1,10 +1,11 @@
 // The store: one SQLite file that keeps what the host saw, what admins changed and
-// who changed what. It knows records, not Qt and not the dispatcher.
+// who changed what. It knows records, not the dispatcher.
 //
 // Opened in WAL mode with a busy timeout, so a host and admin commands share it;
 // the schema is migrated on open, keyed by PRAGMA user_version (Note [Store
 // migrations] in store.cc); every statement is prepared and bound. The audit log is
-// append-only: triggers refuse UPDATE and DELETE on it.
+// append-only (triggers refuse UPDATE, DELETE and INSERT OR REPLACE on it) and
+// hash-chained, so an edit made around the triggers shows (Note [The audit chain]).
 #pragma once
 
 #include <cstdint>
@@ -67,9 +68,18 @@ struct AuditRow {
   std::string time, actor, action, target, before, after;
 };
 
+// What verifyAudit() found: ok, or the first row where the chain breaks and why.
+struct AuditVerdict {
+  bool ok = true;
+  int64_t rows = 0;          // rows checked before the break (all of them when ok)
+  int64_t first_bad_id = 0;  // the row where it breaks
+  std::string why;
+  std::string head;  // the last row's hash when ok ("" for an empty log)
+};
+
 class Store {
  public:
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
   // PRAGMA application_id of every store ("Stra"): a file without it is not Strata's.
   static constexpr int32_t kApplicationId = 0x53747261;
   // The DDL that takes a store from version v-1 to v (v = 1..kSchemaVersion).
@@ -131,6 +141,10 @@ class Store {
              const std::string& before, const std::string& after);
   // since: an ISO time ("2026-11-22", "2026-11-22T10:00:00"); op: rows whose target is op or starts with "op ".
   std::vector<AuditRow> auditLog(const std::string& since = "", const std::string& op = "");
+  // Walks the chain (Note [The audit chain] in store.cc).
+  AuditVerdict verifyAudit();
+  // The chain's hash of a row whose predecessor's hash is prev_hash.
+  static std::string auditRowHash(const AuditRow& row, const std::string& prev_hash);
 
   // Low level, for tests and migrations: runs SQL (each statement prepared in turn).
   void exec(const std::string& sql);
@@ -140,6 +154,8 @@ class Store {
   Stmt prepare(const char* sql);
   [[noreturn]] void fail(const std::string& what);
   int64_t addChange(const std::string& kind, const std::string& target);
+  int64_t auditSequence();  // the highest audit id ever given
+  void chainExistingAuditRows();
   void migrate();
   // StoreError unless the file carries Strata's mark (or is a store from before it).
   void refuseUnmarked();
