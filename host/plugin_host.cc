@@ -15,6 +15,10 @@
 
 #include <algorithm>
 
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "strata/dispatcher.h"
 #include "strata/modes/dispatch_mode.h"
 
@@ -198,6 +202,61 @@ BundleFile readBundleFile(const QString& path) {
   return f;
 }
 
+namespace {
+
+QString userName(uid_t uid) {
+  const passwd* pw = ::getpwuid(uid);
+  return pw != nullptr && pw->pw_name != nullptr ? QString("uid %1 (%2)").arg(uid).arg(QString::fromLocal8Bit(pw->pw_name))
+                                                 : QString("uid %1").arg(uid);
+}
+
+// "" when st (of `what`) is owned by this process's effective user or root and
+// writable by no one else.
+QString unsafeOwnership(const struct stat& st, const QString& what) {
+  const QString mode = QString("mode %1").arg(st.st_mode & 07777, 4, 8, QChar('0'));
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    const char* who = (st.st_mode & S_IWOTH) != 0 ? ((st.st_mode & S_IWGRP) != 0 ? "group and others" : "others")
+                                                   : "its group";
+    return QString("%1 is writable by %2 (%3)").arg(what, who, mode);
+  }
+  if (st.st_uid != ::geteuid() && st.st_uid != 0) {
+    return QString("%1 is owned by %2, neither this host's user (%3) nor root")
+        .arg(what, userName(st.st_uid), userName(::geteuid()));
+  }
+  return {};
+}
+
+const char* const kTrustHint = "; anyone who can write it could run code in this host "
+                               "(make it yours and chmod go-w, or pass --allow-insecure-plugins)";
+
+}  // namespace
+
+QString insecurityOfDirectory(const QString& dir) {
+  struct stat st {};
+  if (::stat(QFile::encodeName(dir).constData(), &st) != 0) return {};
+  const QString why = unsafeOwnership(st, "the plugin directory " + dir);
+  return why.isEmpty() ? why : why + kTrustHint;
+}
+
+QString insecurityOfBundle(const QString& dir, const QString& path) {
+  const QByteArray p = QFile::encodeName(path);
+  struct stat lst {};
+  if (::lstat(p.constData(), &lst) != 0) return {};  // gone: discovery reports it
+  if (S_ISLNK(lst.st_mode)) {
+    const QString target = QFileInfo(path).canonicalFilePath();
+    const QString root = QFileInfo(dir).canonicalFilePath();
+    if (target.isEmpty()) return "it is a symlink that leads nowhere";
+    if (!target.startsWith(root + "/")) {
+      return "it is a symlink leading out of the plugin directory (to " + target +
+             "); link or copy the bundle itself into the directory";
+    }
+  }
+  struct stat st {};
+  if (::stat(p.constData(), &st) != 0) return {};
+  const QString why = unsafeOwnership(st, "the file");
+  return why.isEmpty() ? why : why + kTrustHint;
+}
+
 QString defaultPluginDir() {
   const QString env = qEnvironmentVariable("STRATA_PLUGIN_PATH");
   if (!env.isEmpty()) return env;
@@ -283,9 +342,28 @@ QStringList PluginHost::rescan() {
   std::set<QString> seen_sha;
   QDir dir(dir_);
   const QFileInfoList entries = dir.entryInfoList(QDir::Files | QDir::Readable, QDir::Name);
+  const QString dir_insecure = entries.isEmpty() ? QString() : insecurityOfDirectory(dir_);
+  std::set<std::string> trusted;
+  if (trust_.require_trusted && store_ != nullptr) {
+    for (const auto& t : store_->trusted()) trusted.insert(t.sha256);
+  }
   for (const QFileInfo& fi : entries) {
     if (!QLibrary::isLibrary(fi.fileName())) continue;
-    BundleFile f = readBundleFile(fi.absoluteFilePath());
+    // Note [Plugin trust]: an unsafe file is hashed (its identity in the store), never parsed.
+    const QString insecure = !dir_insecure.isEmpty() ? dir_insecure : insecurityOfBundle(dir_, fi.absoluteFilePath());
+    BundleFile f;
+    if (!insecure.isEmpty() && !trust_.allow_insecure) {
+      f.path = fi.absoluteFilePath();
+      f.sha256 = sha256Of(f.path, &f.error);
+      if (f.error.isEmpty()) f.error = "refused: " + insecure;
+    } else {
+      f = readBundleFile(fi.absoluteFilePath());
+      f.insecure = insecure;
+    }
+    if (f.error.isEmpty() && trust_.require_trusted && trusted.count(f.sha256.toStdString()) == 0) {
+      f.error = "refused: not on the trust list (this host runs with --require-trusted; an admin adds it with "
+                "'strata plugins trust " + f.path + "')";
+    }
     if (!f.sha256.isEmpty() && !seen_sha.insert(f.sha256).second) continue;  // the same file twice
     files.push_back(std::move(f));
   }
@@ -525,6 +603,11 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
     check_note = failure.isEmpty() ? QString("strata check passed: %1 test(s)").arg(ran)
                                    : "strata check failed: " + failure;
     if (!failure.isEmpty()) qCWarning(lcHost).noquote() << m.name + "@" + m.version_text << check_note;
+  }
+  if (!f.insecure.isEmpty()) {
+    const QString note = "loaded with --allow-insecure-plugins although " + f.insecure.section(';', 0, 0);
+    qCWarning(lcHost).noquote() << m.name + "@" + m.version_text << note;
+    check_note = check_note.isEmpty() ? note : note + "; " + check_note;
   }
   Loaded l;
   l.name = m.name;

@@ -22,6 +22,7 @@
 //   6. on any error the BundleRegistrar is cleared before the batch ends, so calls
 //      never see the bundle; otherwise the batch ends and every table it touched is
 //      published at once.
+// Before step 1, the file must pass the trust checks (Note [Plugin trust]).
 // Removing, disabling or replacing a bundle clears its registrar (in a batch too), so
 // no table reaches its code. Its library stays mapped (QPluginLoader::unload is
 // never called): a call may still be running inside it.
@@ -48,6 +49,31 @@
 
 namespace strata::host {
 
+// Note [Plugin trust]
+// ~~~~~~~~~~~~~~~~~~~
+// A bundle runs with the host's privileges, so a host loads only what its own user
+// (or root) could have put there, as ssh's StrictModes does for authorized_keys:
+//   - the plugin directory must be owned by the host's effective user or root and
+//     not be writable by group or others;
+//   - each bundle file (after symlinks) likewise, and a symlink must lead to a file
+//     inside the directory, not out of it.
+// A file that fails is hashed (its identity in the store) but never parsed, not even
+// for its metadata: it is recorded as rejected with the reason.
+// `--allow-insecure-plugins` loads it anyway, with the reason kept on the loaded row,
+// and starting a host with it is audited.
+// On top of that, `--require-trusted` loads only files whose sha256 an admin put on
+// the store's trust list (`strata plugins trust`, audited); trusting is by content,
+// so a rebuilt file is a new, untrusted one.
+struct TrustPolicy {
+  bool allow_insecure = false;
+  bool require_trusted = false;
+};
+// Why loading from `dir` would be unsafe, "" when it is not (a missing directory is
+// not unsafe: there is nothing to load).
+QString insecurityOfDirectory(const QString& dir);
+// Why loading `path` (a file listed in `dir`) would be unsafe, "" when it is not.
+QString insecurityOfBundle(const QString& dir, const QString& path);
+
 // A bundle's name (letters, digits, '_', '.', '-') and version (MAJOR.MINOR.PATCH,
 // with an optional -pre or +build suffix), as bundle.json must give them.
 bool isBundleName(const QString& s);
@@ -70,6 +96,7 @@ struct BundleFile {
   QString sha256;
   std::optional<BundleMetadata> metadata;  // empty when rejected before loading
   QString error;                           // why it was rejected
+  QString insecure;                        // why it would be refused, when --allow-insecure-plugins loads it
 };
 
 // Checks the metadata Qt read from a plugin (its "IID" and the "MetaData" object
@@ -103,6 +130,7 @@ class PluginHost : public QObject {
   ~PluginHost() override;
 
   void setCheckPolicy(CheckPolicy p) { check_ = p; }
+  void setTrustPolicy(TrustPolicy p) { trust_ = p; }
 
   // Applies the store's kernel states, then brings the loaded bundles in line with
   // the directory, the pins and the disabled bundles. Returns what changed, for logs.
@@ -144,6 +172,7 @@ class PluginHost : public QObject {
   int64_t last_applied_ = 0;
   uint64_t load_seq_ = 0;
   CheckPolicy check_ = CheckPolicy::off;
+  TrustPolicy trust_;
 };
 
 }  // namespace strata::host

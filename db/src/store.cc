@@ -32,7 +32,8 @@ namespace strata::db {
 // state, pins, audit); version 2 adds running hosts, the change feed hosts poll,
 // and bundle admin state; version 3 adds each operator's tags and alias analysis
 // kind (a row a version-2 binary wrote reads as no tags, FROM_SCHEMA); version 4
-// chains the audit rows (Note [The audit chain]) and chains the rows already there.
+// chains the audit rows (Note [The audit chain]) and chains the rows already there,
+// and keeps the trust list (the sha256s `strata plugins trust` recorded).
 
 // Note [Creating a store]
 // ~~~~~~~~~~~~~~~~~~~~~~~
@@ -150,6 +151,13 @@ ALTER TABLE audit ADD COLUMN prev_hash TEXT NOT NULL DEFAULT '';
 ALTER TABLE audit ADD COLUMN hash TEXT NOT NULL DEFAULT '';
 CREATE TRIGGER audit_no_replace BEFORE INSERT ON audit WHEN EXISTS (SELECT 1 FROM audit WHERE id = NEW.id)
   BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: replacing a row refused'); END;
+CREATE TABLE trusted (
+  sha256 TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  version TEXT NOT NULL,
+  actor TEXT NOT NULL,
+  time TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
 )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
@@ -663,6 +671,52 @@ std::set<std::string> Store::disabledBundles() {
   std::set<std::string> out;
   while (s.step()) out.insert(s.text(0));
   return out;
+}
+
+int64_t Store::trust(const TrustRow& row, const std::string& actor) {
+  int64_t change = 0;
+  transaction([&] {
+    const bool had = isTrusted(row.sha256);
+    prepare("INSERT OR REPLACE INTO trusted (sha256, name, version, actor) VALUES (?, ?, ?, ?)")
+        .bind(row.sha256)
+        .bind(row.name)
+        .bind(row.version)
+        .bind(actor)
+        .run();
+    audit(actor, "bundle.trust", row.name + "@" + row.version, had ? "trusted" : "", "trusted sha256 " + row.sha256);
+    change = addChange("trust", row.name);
+  });
+  return change;
+}
+
+int64_t Store::untrust(const std::string& sha256, const std::string& actor) {
+  int64_t change = 0;
+  transaction([&] {
+    std::string target;
+    {
+      Stmt s = prepare("SELECT name, version FROM trusted WHERE sha256 = ?");
+      s.bind(sha256);
+      if (!s.step()) throw StoreError("store " + path_ + ": sha256 " + sha256 + " is not on the trust list");
+      target = s.text(0) + "@" + s.text(1);
+    }
+    prepare("DELETE FROM trusted WHERE sha256 = ?").bind(sha256).run();
+    audit(actor, "bundle.untrust", target, "trusted sha256 " + sha256, "");
+    change = addChange("trust", target);
+  });
+  return change;
+}
+
+std::vector<TrustRow> Store::trusted() {
+  Stmt s = prepare("SELECT sha256, name, version, actor, time FROM trusted ORDER BY name, version, sha256");
+  std::vector<TrustRow> out;
+  while (s.step()) out.push_back({s.text(0), s.text(1), s.text(2), s.text(3), s.text(4)});
+  return out;
+}
+
+bool Store::isTrusted(const std::string& sha256) {
+  Stmt s = prepare("SELECT 1 FROM trusted WHERE sha256 = ?");
+  s.bind(sha256);
+  return s.step();
 }
 
 int64_t Store::latestChange() {

@@ -3,6 +3,10 @@
 
 #include <QCoreApplication>
 #include <QDateTime>
+#include <QDir>
+#include <QFileInfo>
+#include <QLibrary>
+#include <QRegularExpression>
 #include <QSysInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -62,12 +66,62 @@ QStringList waitForHosts(db::Store& store, int64_t change, double seconds) {
   }
 }
 
+// What `plugins trust|untrust ARG` names: a bundle file, NAME@VERSION in the plugin
+// directory (or, to untrust, on the trust list), or a trusted sha256. Empty, and
+// *why, when nothing matches; several rows when several contents match.
+std::vector<db::TrustRow> trustTargets(const QString& arg, const QString& dir, db::Store& store, QString* why) {
+  const QFileInfo fi(arg);
+  if (fi.isFile()) {
+    const BundleFile f = readBundleFile(fi.absoluteFilePath());
+    if (!f.metadata) {
+      *why = "the file is not a bundle: " + f.error;
+      return {};
+    }
+    return {{s(f.sha256), s(f.metadata->name), s(f.metadata->version_text), "", ""}};
+  }
+  static const QRegularExpression sha("^[0-9a-f]{64}$");
+  if (sha.match(arg).hasMatch()) {
+    for (const auto& t : store.trusted()) {
+      if (q(t.sha256) == arg) return {t};
+    }
+    *why = "no trusted bundle has that sha256 (to trust a file, name the file)";
+    return {};
+  }
+  const qsizetype at = arg.lastIndexOf('@');
+  if (at <= 0 || !isBundleName(arg.left(at)) || !isSemanticVersion(arg.mid(at + 1))) {
+    *why = "not a bundle file, nor NAME@VERSION (e.g. muladd@1.1.0), nor a sha256";
+    return {};
+  }
+  const std::string name = s(arg.left(at)), version = s(arg.mid(at + 1));
+  std::map<std::string, db::TrustRow> by_sha;
+  for (const auto& t : store.trusted()) {
+    if (t.name == name && t.version == version) by_sha[t.sha256] = t;
+  }
+  QDir d(dir);
+  for (const QFileInfo& e : d.entryInfoList(QDir::Files | QDir::Readable, QDir::Name)) {
+    if (!QLibrary::isLibrary(e.fileName())) continue;
+    const BundleFile f = readBundleFile(e.absoluteFilePath());
+    if (f.metadata && s(f.metadata->name) == name && s(f.metadata->version_text) == version) {
+      by_sha.emplace(s(f.sha256), db::TrustRow{s(f.sha256), name, version, "", ""});
+    }
+  }
+  std::vector<db::TrustRow> out;
+  for (auto& [_, t] : by_sha) out.push_back(t);
+  if (out.empty()) *why = "no bundle " + arg + " in " + dir + " or on the trust list";
+  return out;
+}
+
 }  // namespace
 
 void addHostOptions(QCommandLineParser& parser, bool with_plugins) {
   if (with_plugins) {
     parser.addOption({"plugins", "The plugin directory (default: $STRATA_PLUGIN_PATH, else the bundled plugins).",
                       "DIR"});
+    parser.addOption({"allow-insecure-plugins",
+                      "Load bundles even from a directory or file that others can write or that another user\n"
+                      "owns, or through a symlink leading out of the directory (audited)."});
+    parser.addOption({"require-trusted",
+                      "Load only bundles whose sha256 is on the store's trust list (strata plugins trust; audited)."});
   }
   parser.addOption({"db", "The store (default: $STRATA_DB, else strata.db in the working directory).", "FILE"});
   parser.addOption({"actor", "Who is acting, for the audit log (default: the login name).", "NAME"});
@@ -99,6 +153,18 @@ QString actorOption(const QCommandLineParser& parser) {
 Session::Session() = default;
 Session::~Session() = default;
 
+void applyTrustOptions(const QCommandLineParser& parser, PluginHost& host, db::Store& store) {
+  TrustPolicy p;
+  p.allow_insecure = parser.isSet("allow-insecure-plugins");
+  p.require_trusted = parser.isSet("require-trusted");
+  host.setTrustPolicy(p);
+  // Note [Plugin trust]: relaxing the checks, or tightening them, is on the record.
+  const std::string dir = s(pluginDirOption(parser));
+  const std::string actor = s(actorOption(parser));
+  if (p.allow_insecure) store.audit(actor, "host.allow_insecure_plugins", dir, "", "on");
+  if (p.require_trusted) store.audit(actor, "host.require_trusted", dir, "", "on");
+}
+
 std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load_plugins) {
   // Loading bundles is the host's news, not this command's: warnings only.
   QLoggingCategory::setFilterRules("strata.host.info=false\nstrata.host.debug=false");
@@ -106,6 +172,7 @@ std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load
   session->store = std::make_unique<db::Store>(s(storeOption(parser)));
   if (load_plugins) {
     session->host = std::make_unique<PluginHost>(pluginDirOption(parser), session->store.get());
+    applyTrustOptions(parser, *session->host, *session->store);
     session->host->sync();
   }
   return session;
@@ -162,6 +229,7 @@ int runServeCommand(const QStringList& args) {
   std::signal(SIGINT, onStopSignal);
   std::signal(SIGTERM, onStopSignal);
   try {
+    applyTrustOptions(parser, host, *store);
     host.serve(host_id);
   } catch (const std::exception& e) {
     err << "error: " << e.what() << "\n";
@@ -216,18 +284,23 @@ int runPluginsCommand(const QStringList& args) {
       "  pin NAME VERSION      load VERSION instead of the highest compatible one\n"
       "  unpin NAME\n"
       "  disable NAME          unload it everywhere and keep it unloaded\n"
-      "  enable NAME");
+      "  enable NAME\n"
+      "  trust FILE|NAME@VERSION    put the bundle's sha256 on the trust list (serve --require-trusted)\n"
+      "  untrust FILE|NAME@VERSION|SHA256\n"
+      "  trusted               list the trust list");
   parser.addHelpOption();
   addHostOptions(parser);
   parser.addOption({"json", "Print JSON."});
   parser.addOption({"reason", "Why (disable/enable), for the audit log.", "TEXT"});
-  parser.addPositionalArgument("action", "list, show, pin, unpin, disable or enable.", "[ACTION]");
+  parser.addPositionalArgument("action", "list, show, pin, unpin, disable, enable, trust, untrust or trusted.",
+                               "[ACTION]");
   QTextStream out(stdout);
   QTextStream err(stderr);
   if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
   QStringList pos = parser.positionalArguments();
   const QString action = pos.isEmpty() ? "list" : pos.takeFirst();
-  const std::map<QString, int> arity{{"list", 0}, {"show", 1}, {"pin", 2}, {"unpin", 1}, {"disable", 1}, {"enable", 1}};
+  const std::map<QString, int> arity{{"list", 0},   {"show", 1},  {"pin", 2},     {"unpin", 1}, {"disable", 1},
+                                     {"enable", 1}, {"trust", 1}, {"untrust", 1}, {"trusted", 0}};
   auto a = arity.find(action);
   if (a == arity.end()) {
     err << args.first() << ": unknown action '" << action << "'\n" << helpText(parser, args.first());
@@ -270,6 +343,47 @@ int runPluginsCommand(const QStringList& args) {
         }
       }
       if (parser.isSet("json")) out << QJsonDocument(rows).toJson(QJsonDocument::Indented);
+      return kExitOk;
+    }
+    if (action == "trusted") {
+      QJsonArray rows;
+      for (const auto& t : store.trusted()) {
+        if (parser.isSet("json")) {
+          rows.append(QJsonObject{{"name", q(t.name)}, {"version", q(t.version)}, {"sha256", q(t.sha256)},
+                                  {"actor", q(t.actor)}, {"time", q(t.time)}});
+        } else {
+          out << q(t.name) << "@" << q(t.version) << "  " << q(t.sha256) << "  by " << q(t.actor) << " at "
+              << q(t.time) << "\n";
+        }
+      }
+      if (parser.isSet("json")) out << QJsonDocument(rows).toJson(QJsonDocument::Indented);
+      return kExitOk;
+    }
+    if (action == "trust" || action == "untrust") {
+      QString why;
+      const std::vector<db::TrustRow> found = trustTargets(pos[0], pluginDirOption(parser), store, &why);
+      if (found.empty()) {
+        err << "error: cannot " << action << " '" << pos[0] << "': " << why << "; nothing was changed\n";
+        return kExitInvalidInput;
+      }
+      if (found.size() > 1) {
+        err << "error: cannot " << action << " '" << pos[0] << "': " << found.size()
+            << " files with different contents carry that name and version (";
+        for (size_t i = 0; i < found.size(); ++i) err << (i ? ", " : "") << q(found[i].sha256).left(12);
+        err << "); name the file instead; nothing was changed\n";
+        return kExitInvalidInput;
+      }
+      const db::TrustRow& t = found.front();
+      const int64_t change = action == "trust" ? store.trust(t, actor) : store.untrust(t.sha256, actor);
+      if (parser.isSet("json")) {
+        out << QJsonDocument(QJsonObject{{"action", action}, {"bundle", q(t.name + "@" + t.version)},
+                                         {"sha256", q(t.sha256)}, {"change", static_cast<qint64>(change)}})
+                   .toJson(QJsonDocument::Compact)
+            << "\n";
+      } else {
+        out << action << " " << q(t.name) << "@" << q(t.version) << " (sha256 " << q(t.sha256)
+            << "): recorded (change " << change << ")\n";
+      }
       return kExitOk;
     }
     const std::string name = s(pos[0]);

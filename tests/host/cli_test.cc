@@ -319,7 +319,7 @@ struct ServeProcess {
   std::string dir;
   pid_t pid = -1;
   ServeProcess(const std::string& dir, const std::string& plugins, const std::string& db,
-               const char* logging_rules = nullptr)
+               const char* logging_rules = nullptr, const char* extra_option = nullptr)
       : dir(dir) {
     pid = fork();
     if (pid == 0) {
@@ -327,7 +327,8 @@ struct ServeProcess {
       const std::string log = dir + "/serve.log";
       freopen(log.c_str(), "w", stdout);
       freopen(log.c_str(), "a", stderr);
-      execl(STRATA_CLI, STRATA_CLI, "serve", "--plugins", plugins.c_str(), "--db", db.c_str(), nullptr);
+      execl(STRATA_CLI, STRATA_CLI, "serve", "--plugins", plugins.c_str(), "--db", db.c_str(), extra_option,
+            nullptr);
       _exit(127);
     }
   }
@@ -539,6 +540,85 @@ TEST(AdminCommands, WaitTimesOutNamingTheHostsBehind) {
   // The change itself was recorded and audited.
   r = run("audit --op a::b --db " + db);
   EXPECT_THAT(r.out, ::testing::HasSubstr("kernel.disable"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// Note [Plugin trust]: a host run with --require-trusted loads only what an admin
+// trusted, and picks up a bundle trusted while it runs; both are audited.
+TEST(ServeEndToEnd, RequireTrustedLoadsOnlyTrustedBundlesAndPicksUpNewTrust) {
+  char tmpl[] = "/tmp/strata-trust-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string plugins = dir + "/plugins", db = dir + "/s.db";
+  ASSERT_EQ(std::system(("mkdir -p " + plugins + " && cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_0_0.so " +
+                         STRATA_PLUGIN_BUILD_DIR "/libmylib.so " + plugins).c_str()),
+            0);
+  const std::string opts = " --plugins " + plugins + " --db " + db;
+  Result r = run("plugins trust " + plugins + "/libmylib.so --actor ann" + opts);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("trust mylib@1.0.0 (sha256 "));
+  r = run("plugins trusted" + opts);
+  EXPECT_THAT(r.out, HasSubstr("mylib@1.0.0"));
+  EXPECT_THAT(r.out, HasSubstr("by ann"));
+  ServeProcess serve(dir, plugins, db, nullptr, "--require-trusted");
+  ASSERT_GT(serve.pid, 0);
+  serve.waitFor("ready.", 100);
+  EXPECT_THAT(serve.log(), HasSubstr("loaded     mylib@1.0.0"));
+  EXPECT_THAT(serve.log(), HasSubstr("rejected   muladd@1.0.0  (refused: not on the trust list"));
+  r = run("plugins trust muladd@1.0.0 --actor bob" + opts);
+  ASSERT_EQ(r.status, 0) << r.out;
+  serve.waitFor("loaded muladd@1.0.0", 60);
+  EXPECT_THAT(serve.log(), HasSubstr("loaded muladd@1.0.0"));
+  EXPECT_EQ(serve.stop(), 0) << serve.log();
+  r = run("audit --db " + db);
+  EXPECT_THAT(r.out, HasSubstr("bundle.trust"));
+  EXPECT_THAT(r.out, HasSubstr("host.require_trusted"));
+  EXPECT_EQ(run("audit --verify --db " + db).status, 0);
+  // Untrusting by name: the list forgets it.
+  r = run("plugins untrust mylib@1.0.0" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(run("plugins trusted" + opts).out, ::testing::Not(HasSubstr("mylib")));
+  // What cannot be trusted says why, and changes nothing.
+  r = run("plugins trust nosuch@1.0.0" + opts);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("no bundle nosuch@1.0.0 in " + plugins));
+  r = run("plugins trust " + db + opts);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("the file is not a bundle"));
+  r = run("plugins trust 'mul add'" + opts);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("nor NAME@VERSION"));
+  r = run("plugins untrust mylib@1.0.0" + opts);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("is not on the trust list"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// A bundle in a directory anyone can write is refused by every command that loads
+// plugins, with the reason in the store; --allow-insecure-plugins loads it, audited.
+TEST(AdminCommands, AWorldWritablePluginDirectoryIsRefusedUnlessAllowed) {
+  char tmpl[] = "/tmp/strata-insecure-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string plugins = dir + "/plugins", db = dir + "/s.db";
+  ASSERT_EQ(std::system(("mkdir -p " + plugins + " && cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_0_0.so " + plugins +
+                         " && chmod 0777 " + plugins).c_str()),
+            0);
+  const std::string opts = " --plugins " + plugins + " --db " + db;
+  Result r = run("plugins list" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("rejected"));
+  EXPECT_THAT(r.out, HasSubstr("the plugin directory " + plugins + " is writable by group and others (mode 0777)"));
+  r = run("call extension_cpp::mymuladd 'ones(2)' 'ones(2)' 1.0" + opts);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("extension_cpp::mymuladd"));
+  r = run("call extension_cpp::mymuladd 'ones(2)' 'ones(2)' 1.0 --allow-insecure-plugins --actor eve" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("tensor([2., 2.])"));
+  EXPECT_THAT(r.out, HasSubstr("loaded with --allow-insecure-plugins although the plugin directory"));
+  r = run("plugins list" + opts);
+  EXPECT_THAT(r.out, HasSubstr("rejected"));  // without the option, refused again
+  r = run("audit --db " + db);
+  EXPECT_THAT(r.out, HasSubstr("eve"));
+  EXPECT_THAT(r.out, HasSubstr("host.allow_insecure_plugins " + plugins));
   std::system(("rm -rf " + dir).c_str());
 }
 

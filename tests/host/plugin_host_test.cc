@@ -9,6 +9,9 @@
 #include <QJsonObject>
 #include <QTemporaryDir>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <fstream>
 #include <random>
@@ -168,6 +171,98 @@ TEST(PluginHost, RejectsEveryBadBundleWithItsReasonAndLeavesNothingRegistered) {
   EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("dup_define::g")).has_value());
   EXPECT_EQ(get_kernel("extension_cpp::mymuladd", "cpu").owner(), "muladd@1.1.0");
   EXPECT_TRUE(ops::allclose(mymuladd(ops::ones({3}), ops::ones({3}), 2.0), ops::full({3}, 3.0)));
+}
+
+// Note [Plugin trust]: what others could have written is refused, with the reason in
+// the store and nothing of it registered, until it is safe again or allowed.
+TEST(PluginHost, RefusesBundlesOthersCouldHaveWritten) {
+  Env env;
+  env.add(plugin("mylib"));
+  env.add(plugin("muladd_1_1_0"));
+  ASSERT_EQ(::chmod(QFile::encodeName(env.dir).constData(), 0777), 0);
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  EXPECT_TRUE(host.loaded().empty());
+  EXPECT_EQ(env.row("libmylib.so").state, "rejected");
+  EXPECT_THAT(env.row("libmylib.so").reason,
+              HasSubstr("the plugin directory " + env.dir.toStdString() + " is writable by group and others (mode 0777)"));
+  EXPECT_EQ(registrationsOwnedBy("mylib@"), 0u);
+  ASSERT_EQ(::chmod(QFile::encodeName(env.dir).constData(), 0755), 0);
+  host.sync();
+  EXPECT_EQ(host.loaded().size(), 2u);
+  // A file its group can write: refused, and the loaded one goes.
+  ASSERT_EQ(::chmod(QFile::encodeName(env.dir + "/libmylib.so").constData(), 0664), 0);
+  host.sync();
+  EXPECT_EQ(host.loaded().count("mylib"), 0u);
+  EXPECT_EQ(registrationsOwnedBy("mylib@"), 0u);
+  EXPECT_THAT(env.row("libmylib.so").reason, HasSubstr("the file is writable by its group (mode 0664)"));
+  // Allowed: loaded, the reason kept on its row.
+  host.setTrustPolicy({.allow_insecure = true});
+  host.sync();
+  EXPECT_EQ(host.loaded().count("mylib"), 1u);
+  EXPECT_EQ(env.row("libmylib.so").state, "loaded");
+  EXPECT_THAT(env.row("libmylib.so").reason,
+              HasSubstr("loaded with --allow-insecure-plugins although the file is writable by its group"));
+}
+
+TEST(PluginHost, RefusesASymlinkLeadingOutOfTheDirectory) {
+  Env env;
+  const QString outside = env.tmp.path() + "/elsewhere";
+  QDir().mkpath(outside);
+  QDir().mkpath(env.dir + "/versions");
+  ASSERT_TRUE(QFile::copy(plugin("mylib"), outside + "/libmylib.so"));
+  ASSERT_TRUE(QFile::copy(plugin("muladd_1_1_0"), env.dir + "/versions/libmuladd_1_1_0.so"));
+  ASSERT_TRUE(QFile::link(outside + "/libmylib.so", env.dir + "/libmylib.so"));
+  ASSERT_TRUE(QFile::link(env.dir + "/versions/libmuladd_1_1_0.so", env.dir + "/libmuladd.so"));  // inside: fine
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  EXPECT_EQ(host.loaded().count("mylib"), 0u);
+  EXPECT_EQ(host.loaded().count("muladd"), 1u);
+  EXPECT_THAT(env.row("libmylib.so").reason, HasSubstr("a symlink leading out of the plugin directory"));
+}
+
+TEST(PluginHost, RefusesABundleAnotherUserDroppedIntoAnOpenDirectory) {
+  if (::geteuid() != 0) GTEST_SKIP() << "making a file another user owns needs root";
+  Env env;
+  env.add(plugin("mylib"));
+  const QByteArray file = QFile::encodeName(env.dir + "/libmylib.so");
+  ASSERT_EQ(::chown(file.constData(), 65534, 65534), 0);  // nobody
+  ASSERT_EQ(::chmod(QFile::encodeName(env.dir).constData(), 0777), 0);
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  EXPECT_TRUE(host.loaded().empty());
+  EXPECT_THAT(env.row("libmylib.so").reason, HasSubstr("is writable by group and others"));
+  ASSERT_EQ(::chmod(QFile::encodeName(env.dir).constData(), 0755), 0);
+  host.sync();  // the directory is safe now; the file is still nobody's
+  EXPECT_TRUE(host.loaded().empty());
+  EXPECT_THAT(env.row("libmylib.so").reason, HasSubstr("the file is owned by uid 65534"));
+  EXPECT_THAT(env.row("libmylib.so").reason, HasSubstr("neither this host's user (uid 0"));
+}
+
+TEST(PluginHost, RequireTrustedLoadsOnlyWhatTheTrustListHolds) {
+  Env env;
+  env.add(plugin("mylib"));
+  env.add(plugin("muladd_1_1_0"));
+  PluginHost host(env.dir, env.store.get());
+  host.setTrustPolicy({.require_trusted = true});
+  host.sync();
+  EXPECT_TRUE(host.loaded().empty());
+  EXPECT_THAT(env.row("libmylib.so").reason, HasSubstr("not on the trust list"));
+  const BundleFile f = readBundleFile(env.dir + "/libmylib.so");
+  env.store->trust({f.sha256.toStdString(), "mylib", "1.0.0", "", ""}, "ann");
+  host.sync();
+  EXPECT_EQ(host.loaded().count("mylib"), 1u);
+  EXPECT_EQ(host.loaded().count("muladd"), 0u);
+  // Trust is by content: a different file under the trusted name is not trusted.
+  env.remove("libmylib.so");
+  env.add(plugin("muladd_1_1_0"), "libmylib.so");
+  host.sync();
+  EXPECT_EQ(host.loaded().count("mylib"), 0u);
+  EXPECT_TRUE(host.loaded().empty());
+  const auto audit = env.store->auditLog();
+  ASSERT_FALSE(audit.empty());
+  EXPECT_EQ(audit.back().action, "bundle.trust");
+  EXPECT_EQ(audit.back().target, "mylib@1.0.0");
 }
 
 // The store records what each loaded bundle registered (what `strata plugins show`

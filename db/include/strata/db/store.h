@@ -56,6 +56,11 @@ struct PinRow {
   std::string name, version, actor, time;
 };
 
+// A bundle file an admin trusts, by content (strata plugins trust).
+struct TrustRow {
+  std::string sha256, name, version, actor, time;
+};
+
 struct HostRow {
   std::string id;
   int64_t pid = 0;
@@ -125,6 +130,11 @@ class Store {
   std::string pinnedVersion(const std::string& name);
   int64_t setBundleDisabled(const std::string& name, bool disabled, const std::string& reason, const std::string& actor);
   std::set<std::string> disabledBundles();
+  // The trust list (serve --require-trusted loads only these sha256s). Audited.
+  int64_t trust(const TrustRow& row, const std::string& actor);  // row.actor and time are ignored
+  int64_t untrust(const std::string& sha256, const std::string& actor);  // StoreError when not trusted
+  std::vector<TrustRow> trusted();
+  bool isTrusted(const std::string& sha256);
   // The newest change id (0 when none).
   int64_t latestChange();
 
