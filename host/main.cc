@@ -3,6 +3,7 @@
 #include <QLoggingCategory>
 #include <QTextStream>
 
+#include <csignal>
 #include <cstdio>
 
 #include "commands/commands.h"
@@ -51,6 +52,10 @@ void printUsage(QTextStream& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f) reached while writing the store is a full disk: an
+  // error SQLite reports and Strata names, with the transaction rolled back, not a
+  // SIGXFSZ that kills the process.
+  std::signal(SIGXFSZ, SIG_IGN);
   QCoreApplication app(argc, argv);
   QCoreApplication::setApplicationName("strata");
   QCoreApplication::setApplicationVersion("0.1.0");

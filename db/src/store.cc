@@ -246,12 +246,30 @@ void Store::openConnection(bool create) {
     else if (::access(path_.c_str(), R_OK | W_OK) != 0) why = std::string(std::strerror(errno)) + " (" + why + ")";
     throw StoreError("store " + path_ + ": cannot open: " + why);
   }
-  sqlite3_busy_timeout(db_, 5000);
+  // Long enough for a host's sync (it rescans the plugin directory in one write
+  // transaction) to finish: an admin command waits its turn, never sees SQLITE_BUSY.
+  sqlite3_busy_timeout(db_, 30000);
   sqlite3_extended_result_codes(db_, 1);
+  // SQLite quietly opens a write-protected file read-only; a store is written to
+  // (the audit log, the hosts table), so say so now rather than at the first write.
+  if (sqlite3_db_readonly(db_, "main") == 1) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw StoreError("store " + path_ + ": cannot open: the file is read-only for this user (" +
+                     std::strerror(EACCES) + "), and Strata writes to its store");
+  }
 }
 
 void Store::useWal() {
-  if (execRetryingBusy(db_, "PRAGMA journal_mode=WAL") != SQLITE_OK) fail("PRAGMA journal_mode=WAL");
+  const int rc = execRetryingBusy(db_, "PRAGMA journal_mode=WAL");
+  if ((rc & 0xff) == SQLITE_READONLY || (rc & 0xff) == SQLITE_CANTOPEN) {
+    const std::string folder = folderOf(path_);
+    if (::access(folder.c_str(), W_OK) != 0) {
+      throw StoreError("store " + path_ + ": cannot open: its folder " + folder + " is not writable (" +
+                       std::strerror(errno) + "), and SQLite keeps the store's -wal and -shm files beside it");
+    }
+  }
+  if (rc != SQLITE_OK) fail("PRAGMA journal_mode=WAL");
   prepare("PRAGMA foreign_keys=ON").run();
 }
 
@@ -294,9 +312,45 @@ Store::Store(const std::string& path, Creating) : path_(path) {
   useWal();
 }
 
+void Store::refuseTruncated() const {
+  // The header says how many pages the file holds (when its "valid for" counter
+  // matches the change counter); a file shorter than that lost its tail, and SQLite
+  // would only notice at the first read of a missing page, after writes elsewhere.
+  std::FILE* f = std::fopen(path_.c_str(), "rb");
+  if (f == nullptr) return;  // openConnection says why
+  unsigned char h[100];
+  const size_t n = std::fread(h, 1, sizeof h, f);
+  std::fclose(f);
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path_, ec);
+  if (n == 0 || ec) return;  // empty: refuseUnmarked says so
+  static const char kMagic[] = "SQLite format 3";  // with its NUL: 16 bytes
+  if (n < sizeof h || std::memcmp(h, kMagic, sizeof kMagic) != 0) {
+    throw StoreError("store " + path_ + ": not a Strata store: " +
+                     (n < sizeof h && std::memcmp(h, kMagic, std::min(n, sizeof kMagic)) == 0
+                          ? "the file is truncated (" + std::to_string(n) + " bytes, shorter than SQLite's header)"
+                          : std::string("file is not a database (it does not start with SQLite's header)")) +
+                     "; refusing to open it");
+  }
+  auto be32 = [&](int at) {
+    return (uint32_t{h[at]} << 24) | (uint32_t{h[at + 1]} << 16) | (uint32_t{h[at + 2]} << 8) | uint32_t{h[at + 3]};
+  };
+  const uint32_t page_size = h[16] == 0 && h[17] == 1 ? 65536u : (uint32_t{h[16]} << 8) | h[17];
+  const uint32_t pages = be32(28);
+  if (be32(92) != be32(24) || pages == 0 || page_size < 512) return;  // no reliable size in the header
+  const uint64_t expected = uint64_t{page_size} * pages;
+  if (size < expected) {
+    throw StoreError("store " + path_ + ": the database is malformed: the file is truncated (its header says " +
+                     std::to_string(pages) + " pages of " + std::to_string(page_size) + " bytes, " +
+                     std::to_string(expected) + " bytes, and it has " + std::to_string(size) +
+                     "); refusing to open it");
+  }
+}
+
 Store::Store(const std::string& path) : path_(path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) createAtomically(path);
+  refuseTruncated();
   openConnection(/*create=*/false);
   try {
     refuseUnmarked();  // before anything writes to the file
@@ -314,7 +368,17 @@ Store::~Store() {
 }
 
 void Store::fail(const std::string& what) {
-  throw StoreError("store " + path_ + ": " + sqlite3_errmsg(db_) + " (in: " + what + ")");
+  // An I/O failure says which: "disk I/O error (No space left on device)", "(File too
+  // large)"; a short write (a full disk, ulimit -f) leaves no errno, so it is named.
+  std::string why = sqlite3_errmsg(db_);
+  const int code = sqlite3_extended_errcode(db_) & 0xff;
+  const int sys = sqlite3_system_errno(db_);
+  if (sys != 0 && (code == SQLITE_IOERR || code == SQLITE_FULL || code == SQLITE_CANTOPEN)) {
+    why += std::string(" (") + std::strerror(sys) + ")";
+  } else if (code == SQLITE_FULL || sqlite3_extended_errcode(db_) == SQLITE_IOERR_WRITE) {
+    why += " (a write was cut short: the disk is full or a file-size limit was reached)";
+  }
+  throw StoreError("store " + path_ + ": " + why + " (in: " + what + ")");
 }
 
 Store::Stmt Store::prepare(const char* sql) {

@@ -169,6 +169,8 @@ class Store {
   void migrate();
   // StoreError unless the file carries Strata's mark (or is a store from before it).
   void refuseUnmarked();
+  // StoreError when the file is not an SQLite file or is shorter than its header says.
+  void refuseTruncated() const;
   void useWal();
   int64_t applicationId();
   // Opens path_ (creating it when `create`), with the busy timeout and WAL.
