@@ -73,6 +73,21 @@ int main(int argc, char** argv) {
   const QStringList args = QCoreApplication::arguments();
   QTextStream out(stdout);
   QTextStream err(stderr);
+  // Arguments are read as UTF-8; bytes that are not would become U+FFFD, and a --db
+  // or --plugins path would silently name another file. Refuse them instead.
+  for (int i = 1; i < argc; ++i) {
+    const QByteArray raw(argv[i]);
+    if (QString::fromUtf8(raw).toUtf8() == raw) continue;
+    QString shown;
+    for (const char c : raw) {
+      const auto b = static_cast<unsigned char>(c);
+      shown += b >= 0x20 && b < 0x7f ? QString(QChar(b)) : QString("\\x%1").arg(b, 2, 16, QChar('0'));
+    }
+    err << "strata: argument " << i << " ('" << shown
+        << "') is not valid UTF-8; Strata reads names, values and paths as UTF-8, and would read this one as "
+           "another\n";
+    return strata::host::kExitUsage;
+  }
   if (args.size() < 2 || args[1] == "--help" || args[1] == "-h" || args[1] == "help") {
     printUsage(args.size() < 2 ? err : out);
     return args.size() < 2 ? strata::host::kExitUsage : strata::host::kExitOk;

@@ -308,9 +308,20 @@ int runCheckCommand(const QStringList& args) {
     if (auto it = loaded.find(target); it != loaded.end()) {
       what = target + "@" + it->second.version;
       rows = checkOwnedOps(it->second.registrar->owner());
-    } else if (auto op = Dispatcher::singleton().findSchema(parseOperatorName(target.toStdString()))) {
+    } else if (auto op = [&]() -> std::optional<OperatorHandle> {
+                 try {
+                   return Dispatcher::singleton().findSchema(parseOperatorName(target.toStdString()));
+                 } catch (const Error&) {  // not an operator name: a bundle name nothing loaded
+                   return std::nullopt;
+                 }
+               }()) {
       what = target;
-      rows = modes::check_op(*op);
+      try {
+        rows = modes::check_op(*op);
+      } catch (const std::exception& e) {
+        err << "error: " << e.what() << "\n";
+        return kExitInvalidInput;
+      }
     } else {
       std::vector<std::string> known = liveOperatorNames();
       for (const auto& [name, _] : loaded) known.push_back(name.toStdString());

@@ -290,6 +290,47 @@ TEST(CliCallTest, DeepAndHugeLiteralsAreRefusedWithTheCap) {
   EXPECT_THAT(r.out, HasSubstr("tensor(..., size=(1, 1, 1,"));
 }
 
+// Every subcommand, fed unknown options, missing and bad values, huge values and
+// bytes that are not UTF-8: exit 2 (usage) or 1 (bad input) with a message, never a
+// crash, and a non-UTF-8 path never becomes another file.
+TEST(CliEveryCommand, BadCommandLinesGiveUsageOrInputErrorsNeverACrash) {
+  char tmpl[] = "/tmp/strata-sweep-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string db = " --db " + dir + "/s.db --plugins " + dir;
+  const std::string huge = "99999999999999999999999999999999";
+  const std::string long_arg(100000, 'a');
+  const char* commands[] = {"serve", "plugins", "kernel", "audit", "schema", "ops", "dump", "call", "check", "modes",
+                            "bench", "demo"};
+  const std::vector<std::string> tails = {
+      "--no-such-option",       "--db",          "--plugins",       "--since",       "--wait",
+      "--check=sometimes",      "--filter",      "--mode nosuch",   "--seed x",      "--seed " + huge,
+      "--wait -1",              "--wait " + huge, "frobnicate",       huge,            "-" + huge,
+      long_arg,                 "''",            "--json --json",   "'\xff\xfe'",    "--db '/tmp/\xff.db'",
+      "--vmap 0,,1",            "--autocast x",  "--repetitions " + huge,
+  };
+  for (const char* c : commands) {
+    for (const std::string& t : tails) {
+      if (std::string(c) == "serve" && (t == "''" || t == "--json --json")) continue;  // these would serve
+      const Result r = run(std::string(c) + " " + t + db, "", "timeout 20");
+      EXPECT_TRUE(r.status == 1 || r.status == 2 || r.status == 0) << c << " " << t.substr(0, 40) << ": " << r.out;
+      if (r.status != 0) EXPECT_FALSE(r.out.empty()) << c << " " << t.substr(0, 40);
+      EXPECT_THAT(r.out, ::testing::Not(HasSubstr("Segmentation"))) << c;
+    }
+  }
+  // Not UTF-8: refused by name, and no file with a replacement character appears.
+  Result r = run("audit --db '" + dir + "/\xff.db'");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("is not valid UTF-8"));
+  EXPECT_THAT(r.out, HasSubstr("\\xff.db"));
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    files += e.path().filename().string().find("\xef\xbf\xbd") != std::string::npos;  // U+FFFD
+  }
+  EXPECT_EQ(files, 0u);
+  EXPECT_FALSE(std::filesystem::exists("/tmp/\xef\xbf\xbd.db"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
 TEST(CliCallTest, TheTraceSwitchLogsEveryDispatchStep) {
   const Result r = run("call core::add 'ones(2)' '[1.,2.]'", "", "STRATA_DISPATCH_TRACE=1");
   EXPECT_EQ(r.status, 0) << r.out;
