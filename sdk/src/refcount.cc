@@ -2,6 +2,7 @@
 // objects other threads dropped, and thread exit. See Note [Biased reference
 // counts] in strata/intrusive_ptr.h.
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -27,9 +28,13 @@ using namespace detail::refcount;
 using A = RefcountAccess;
 
 // A registered thread: the objects other threads queued to it.
+// state: kAttached (only the owner merges its queue), kDetached (a dropping thread
+// may merge it: it claims kMerging first, so the owner cannot re-attach meanwhile).
+enum : int { kAttached = 0, kDetached = 1, kMerging = 2 };
 struct OwnerThread {
   std::vector<const intrusive_ptr_target*> queue;  // guarded by Registry::mu
   std::atomic<bool> pending{false};                // queue is non-empty (read without the lock)
+  std::atomic<int> state{kAttached};
 };
 
 struct Registry {
@@ -69,12 +74,19 @@ void mergeAll(std::vector<const intrusive_ptr_target*>& objects) {
 // This thread's record once registered; whether it has exited (its ThreadExit ran).
 __thread OwnerThread* tls_self = nullptr;
 __thread bool tls_exited = false;
+// While detached: how deep (detach_thread nests), and the token set aside.
+__thread int tls_detached = 0;
+__thread uint64_t tls_saved_token = 0;
 
 // Unregisters the thread when it exits and merges what was queued to it. Objects
 // this thread creates or drops afterwards (other thread_local destructors) use the
 // shared count alone.
 struct ThreadExit {
   ~ThreadExit() {
+    if (tls_detached > 0) {  // detach_thread() without its attach_thread(): take the token back
+      tls_detached = 1;
+      attach_thread();
+    }
     tls_exited = true;
     OwnerThread* self = tls_self;
     if (self == nullptr) return;
@@ -125,8 +137,22 @@ void queueToOwner(const intrusive_ptr_target* p) {
     if (left == 0) A::destroy(p);
     return;
   }
-  it->second->queue.push_back(p);
-  it->second->pending.store(true, std::memory_order_release);
+  OwnerThread* owner_thread = it->second;
+  int detached = kDetached;
+  if (owner_thread->state.compare_exchange_strong(detached, kMerging, std::memory_order_acq_rel)) {
+    // The owner is detached and cannot re-attach until kDetached is back: merge what
+    // was queued to it and this object here (Note [Biased reference counts]).
+    std::vector<const intrusive_ptr_target*> queued;
+    queued.swap(owner_thread->queue);
+    owner_thread->pending.store(false, std::memory_order_relaxed);
+    lock.unlock();
+    queued.push_back(p);
+    mergeAll(queued);  // may free objects whose destructors drop others: no lock held
+    owner_thread->state.store(kDetached, std::memory_order_release);
+    return;
+  }
+  owner_thread->queue.push_back(p);
+  owner_thread->pending.store(true, std::memory_order_release);
 }
 
 }  // namespace
@@ -138,7 +164,8 @@ uint64_t ownerForNewObject() noexcept {
     if (__builtin_expect(tls_self->pending.load(std::memory_order_relaxed), 0)) mergeQueued();
     return tls_owner_token;
   }
-  if (tls_exited) return kNoOwner;  // made while this thread exits: shared (and merged) from the start
+  // Made while this thread exits, or while it is detached: shared (and merged) from the start.
+  if (tls_exited || tls_detached > 0) return kNoOwner;
   auto* self = new OwnerThread();
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
@@ -182,6 +209,26 @@ void mergeZeroLocal(const intrusive_ptr_target* p) noexcept {
 
 }  // namespace detail::refcount
 
-size_t release_queued_references() noexcept { return mergeQueued(); }
+size_t release_queued_references() noexcept { return tls_detached > 0 ? 0 : mergeQueued(); }
+
+void detach_thread() noexcept {
+  if (tls_detached++ > 0 || tls_self == nullptr) return;  // nested, or owns nothing
+  mergeQueued();  // what is queued already goes now; later drops merge on their side
+  tls_saved_token = std::exchange(tls_owner_token, 0);  // handles touched now take the shared path
+  tls_self->state.store(kDetached, std::memory_order_release);
+}
+
+void attach_thread() noexcept {
+  if (tls_detached == 0 || --tls_detached > 0 || tls_self == nullptr) return;
+  int detached = kDetached;
+  // A dropping thread may be merging our objects: wait until it is done (it holds
+  // no lock while it merges, and it never waits on us).
+  while (!tls_self->state.compare_exchange_weak(detached, kAttached, std::memory_order_acq_rel)) {
+    detached = kDetached;
+    std::this_thread::yield();
+  }
+  tls_owner_token = std::exchange(tls_saved_token, 0);
+  mergeQueued();  // anything queued in between
+}
 
 }  // namespace strata

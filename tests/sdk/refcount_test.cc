@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <random>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "strata/intrusive_ptr.h"
+#include "strata/storage.h"
 #include "strata/tensor.h"
 
 namespace strata {
@@ -178,6 +181,155 @@ TEST_F(RefcountTest, ObjectsMadeWhileAThreadExitsAreFreed) {
   }).join();
   EXPECT_EQ(g_made.load(), 2);
   EXPECT_EQ(g_destroyed.load(), 2);
+}
+
+// Note [Biased reference counts]: the bound for an owner that makes objects, hands
+// them to another thread and then blocks. Here 1 GiB of storage (256 x 4 MiB, the
+// memory behind tensors, each freed through a counting deleter) made on one thread,
+// which then waits on a condition variable: detached, as a blocking thread should
+// wait, it has no backlog, and the other thread's drops free every byte at once.
+std::atomic<size_t> g_freed_bytes{0};
+void freeCounted(void* p) {
+  g_freed_bytes += 4u << 20;
+  std::free(p);
+}
+
+TEST_F(RefcountTest, WhatAnIdleDetachedOwnerMadeIsFreedWhenAnotherThreadDropsIt) {
+  constexpr size_t kChunk = 4u << 20, kChunks = 256;  // 1 GiB
+  g_freed_bytes = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool waiting = false, done = false, attached_again = false;
+  std::vector<Storage> handed;
+  std::thread maker([&] {
+    std::vector<Storage> mine;
+    for (size_t i = 0; i < kChunks; ++i) {
+      void* p = std::malloc(kChunk);
+      ASSERT_NE(p, nullptr);
+      std::memset(p, 1, kChunk);  // resident, not only reserved
+      mine.push_back(make_intrusive<StorageImpl>(DataPtr{p, p, &freeCounted}, kChunk, Device(DeviceType::CPU)));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      handed = mine;  // copies the owner makes: counted on its side
+    }
+    mine.clear();  // its own handles go; the handed copies are the last ones
+    {
+      DetachedScope idle;
+      std::unique_lock<std::mutex> lock(mu);
+      waiting = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return done; });
+    }
+    // Attached again: it makes and frees objects as before.
+    Ptr p = make_intrusive<Counted>(1);
+    Ptr q = p;
+    attached_again = p.use_count() == 2;
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return waiting; });
+  }
+  EXPECT_EQ(g_freed_bytes.load(), 0u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    handed.clear();  // the last handles, dropped while the maker waits
+  }
+  EXPECT_EQ(g_freed_bytes.load(), kChunk * kChunks);  // all of it, now, on this thread
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  maker.join();
+  EXPECT_TRUE(attached_again);
+  EXPECT_EQ(g_destroyed.load(), 1);
+}
+
+// The same owner, attached while it waits: the drops queue to it, and the memory
+// comes back only when it next makes an object (the bound the Note gives).
+TEST_F(RefcountTest, AnAttachedIdleOwnerFreesWhatOthersDroppedWhenItNextMakesAnObject) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int step = 0;
+  Ptr handed;
+  std::thread maker([&] {
+    Ptr mine = make_intrusive<Counted>(1);
+    std::unique_lock<std::mutex> lock(mu);
+    handed = mine;
+    mine.reset();
+    step = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return step == 2; });
+    EXPECT_EQ(g_destroyed.load(), 0);  // queued to this thread
+    Ptr next = make_intrusive<Counted>(2);  // merges the queue
+    EXPECT_EQ(g_destroyed.load(), 1);
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return step == 1; });
+    handed.reset();
+    step = 2;
+  }
+  cv.notify_all();
+  maker.join();
+  EXPECT_EQ(g_destroyed.load(), 2);
+}
+
+// Owners detach and attach over and over while other threads copy and drop their
+// objects: every object still dies exactly once, and never while a handle lives.
+TEST(RefcountConcurrencyTest, OwnersDetachingAndAttachingWhileOthersDropFreeEachObjectOnce) {
+  g_made = 0;
+  g_destroyed = 0;
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 20000;
+  std::mutex mu;
+  std::deque<Ptr> pool;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t + 100);
+      std::vector<Ptr> mine;
+      for (int i = 0; i < kRounds; ++i) {
+        switch (rng() % 5) {
+          case 0: mine.push_back(make_intrusive<Counted>(i)); break;
+          case 1:
+            if (!mine.empty()) {
+              std::lock_guard<std::mutex> lock(mu);
+              pool.push_back(mine.back());
+              if (rng() % 2) mine.pop_back();
+            }
+            break;
+          case 2: {
+            std::lock_guard<std::mutex> lock(mu);
+            if (!pool.empty()) {
+              mine.push_back(std::move(pool.front()));
+              pool.pop_front();
+            }
+            break;
+          }
+          case 3: {
+            // Detached, it still copies and drops what it holds (the shared path).
+            DetachedScope detached;
+            if (!mine.empty()) {
+              Ptr copy = mine.front();
+              EXPECT_GE(copy->value, 0);
+              if (rng() % 2) mine.erase(mine.begin());
+            }
+            Ptr made_detached = make_intrusive<Counted>(i);
+            if (rng() % 2) mine.push_back(std::move(made_detached));
+            break;
+          }
+          default:
+            if (!mine.empty()) mine.erase(mine.begin() + static_cast<long>(rng() % mine.size()));
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  pool.clear();
+  release_queued_references();
+  EXPECT_EQ(g_destroyed.load(), g_made.load());
 }
 
 // Many threads pass handles to each other through a shared pool, copying and

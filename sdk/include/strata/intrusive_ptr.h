@@ -29,9 +29,20 @@
 //     The owner merges queued objects (local_ + shared_ - 1, freeing at 0) when it
 //     next creates an object, and when it exits. If the owner has exited already,
 //     the queuing thread merges at once: nobody can touch local_ any more.
-// The one cost of the scheme: an object dropped by other threads while its owner
-// neither creates objects nor exits stays allocated until the owner does one of
-// these (or calls strata::release_queued_references()).
+// The one cost of the scheme: an object dropped by other threads waits in its
+// owner's queue. The bound on that wait:
+//   - an attached owner (the default) merges its queue when it next creates an
+//     object, when it calls strata::release_queued_references(), when it detaches,
+//     and when it exits;
+//   - a *detached* owner (inside a DetachedScope, or between detach_thread() and
+//     attach_thread(): a thread about to block, as PEP 703's detached thread states)
+//     has no queue: a drop that would queue to it merges at once on the dropping
+//     thread, so what others drop is freed when the last handle goes. While
+//     detached, the thread's token is set aside, so any handle it still touches
+//     takes the shared (atomic) path and never races the mergers on local_.
+// So memory dropped elsewhere is held only while its owner is attached and runs
+// without creating objects; a thread that blocks for long (an event loop's wait, a
+// condition variable) should wait detached. The host's event loop does.
 #pragma once
 
 #include <atomic>
@@ -69,6 +80,19 @@ STRATA_API void mergeZeroLocal(const intrusive_ptr_target* p) noexcept;
 // Note [Biased reference counts]); a thread that hands tensors to others and then
 // creates none for a long time may call it. Returns how many objects were merged.
 STRATA_API size_t release_queued_references() noexcept;
+
+// Detaches this thread (see Note [Biased reference counts]): until attach_thread(),
+// what other threads drop of the objects it made is freed at once, on their side.
+// Nests (each detach_thread needs its attach_thread). For a thread about to block.
+STRATA_API void detach_thread() noexcept;
+STRATA_API void attach_thread() noexcept;
+class DetachedScope {
+ public:
+  DetachedScope() noexcept { detach_thread(); }
+  DetachedScope(const DetachedScope&) = delete;
+  DetachedScope& operator=(const DetachedScope&) = delete;
+  ~DetachedScope() { attach_thread(); }
+};
 
 class intrusive_ptr_target {
  public:
