@@ -1,5 +1,6 @@
 #include "plugin_host.h"
 
+#include <QAbstractEventDispatcher>
 #include <QCoreApplication>
 #include <QCryptographicHash>
 #include <QDir>
@@ -14,6 +15,8 @@
 #include <QTemporaryDir>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include <pwd.h>
 #include <sys/stat.h>
@@ -89,7 +92,7 @@ bool copyVerified(const QString& src, const QString& sha256, const QString& dst,
   return true;
 }
 
-QString sha256Of(const QString& path, QString* error) {
+QString hashFile(const QString& path, QString* error) {
   QFile f(path);
   if (!f.open(QIODevice::ReadOnly)) {
     *error = "cannot read: " + f.errorString();
@@ -101,6 +104,38 @@ QString sha256Of(const QString& path, QString* error) {
     return {};
   }
   return QString::fromLatin1(h.result().toHex());
+}
+
+// A file's sha256, remembered while its identity (device, inode, size, modification
+// time to the nanosecond) stays the same, as git's index does: a host rescans its
+// directory on every change in it, and bundles are megabytes. Replacing a file, or
+// writing to it, changes that identity; the load step hashes the bytes it copies
+// again anyway (Note [The load transaction], step 2).
+QString sha256Of(const QString& path, QString* error) {
+  struct Identity {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    int64_t mtime_ns;
+    bool operator==(const Identity&) const = default;
+  };
+  static std::mutex mu;
+  static std::map<QString, std::pair<Identity, QString>> known;
+  struct stat st {};
+  if (::stat(QFile::encodeName(path).constData(), &st) != 0) return hashFile(path, error);
+  const Identity id{st.st_dev, st.st_ino, st.st_size, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = known.find(path);
+    if (it != known.end() && it->second.first == id) return it->second.second;
+  }
+  const QString sha = hashFile(path, error);
+  if (!sha.isEmpty()) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (known.size() >= 4096) known.clear();  // bounded: paths come and go
+    known[path] = {id, sha};
+  }
+  return sha;
 }
 
 // A string-array field; false (and *why) when absent or not strings.
@@ -274,6 +309,7 @@ PluginHost::PluginHost(QString plugin_dir, db::Store* store, QObject* parent)
 }
 
 PluginHost::~PluginHost() {
+  if (std::exchange(detached_, false)) attach_thread();
   store_ = nullptr;  // the store keeps what was loaded: this is a shutdown, not a removal
   // Newest first: dependents were loaded after what they depend on.
   while (!loaded_.empty()) {
@@ -549,8 +585,25 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
     loader = std::make_unique<QPluginLoader>(copy);
     loader->setLoadHints(QLibrary::PreventUnloadHint);
   }
-  QObject* root = loader->instance();
+  // Its static initializers run now, the first time: what they register is captured
+  // (Note [Static registrations in bundles] in strata/plugin.h), and kept with the
+  // file, since they never run again in this process.
+  StaticRegistrations& statics = statics_[f.sha256];
+  QObject* root = nullptr;
+  {
+    Dispatcher::singleton();  // the builtins are Strata's, registered before any capture
+    CaptureStaticRegistrations capture(statics);
+    root = loader->instance();
+  }
   if (root == nullptr) return reject("cannot load the library: " + loader->errorString());
+  if (!statics.refused.empty()) {
+    QStringList what;
+    for (size_t i = 0; i < statics.refused.size() && i < 8; ++i) what << q(statics.refused[i]);
+    if (statics.refused.size() > 8) what << QString("and %1 more").arg(statics.refused.size() - 8);
+    return reject(QString("it registers from static initializers outside STRATA_LIBRARY blocks, which the host "
+                          "cannot own or remove (register in registerAll, or use STRATA_LIBRARY): ") +
+                  what.join("; "));
+  }
   auto* bundle = qobject_cast<Bundle*>(root);
   if (bundle == nullptr) return reject("its root object does not implement strata::Bundle");
   const AbiVersion abi = bundle->sdkAbi();
@@ -567,6 +620,7 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
     RegistrationBatch batch;
     RegistrationOwnerGuard owner(registrar->owner());
     try {
+      registrar->runStaticBlocks(statics.blocks);
       bundle->registerAll(*registrar);
       for (const auto& [kind, ns] : registrar->libraryNamespaces()) {
         const QString n = q(ns);
@@ -697,6 +751,17 @@ void PluginHost::serve(const QString& host_id, int poll_ms) {
   if (store_ != nullptr) store_->registerHost(host_id.toStdString(), QCoreApplication::applicationPid());
   sync();
   QDir().mkpath(dir_);
+  // While its event loop waits, the host's thread is detached (Note [Biased reference
+  // counts] in strata/intrusive_ptr.h): tensors it made that other threads drop are
+  // freed when they drop them, not when the host next makes one.
+  if (QAbstractEventDispatcher* events = QAbstractEventDispatcher::instance()) {
+    connect(events, &QAbstractEventDispatcher::aboutToBlock, this, [this] {
+      if (!std::exchange(detached_, true)) detach_thread();
+    });
+    connect(events, &QAbstractEventDispatcher::awake, this, [this] {
+      if (std::exchange(detached_, false)) attach_thread();
+    });
+  }
   // Made here, not with the host: only a serving host watches (and needs an event loop).
   watcher_ = std::make_unique<QFileSystemWatcher>();
   watcher_->addPath(dir_);

@@ -12,9 +12,12 @@
 //      there, so a file replaced in the directory never changes code that is mapped,
 //      and a new version at the same path is a new library;
 //   3. the root object must implement strata::Bundle and report the ABI its
-//      metadata claims;
-//   4. registerAll() runs inside a RegistrationBatch (Note [Registration batches])
-//      under RegistrationOwnerGuard("name@version"): every registration is checked
+//      metadata claims; registrations its static initializers made any other way
+//      than through STRATA_LIBRARY blocks reject it (Note [Static registrations in
+//      bundles] in strata/plugin.h);
+//   4. the STRATA_LIBRARY blocks its static initializers deferred, then registerAll(),
+//      run inside a RegistrationBatch (Note [Registration batches]) under
+//      RegistrationOwnerGuard("name@version"): every registration is checked
 //      as it is made (schemas, C++ signatures, other owners' kernels without
 //      allow_override, duplicate defs), nothing is published yet;
 //   5. the libraries it made must match its metadata (DEF only for namespaces it
@@ -165,8 +168,10 @@ class PluginHost : public QObject {
   db::Store* store_;
   std::map<QString, Loaded> loaded_;                       // by bundle name
   std::map<QString, std::unique_ptr<QPluginLoader>> libs_;  // by sha256; never unloaded
+  std::map<QString, StaticRegistrations> statics_;           // by sha256: what each file's static init did
   std::unique_ptr<QFileSystemWatcher> watcher_;  // serve() only
   QTimer poll_timer_, heartbeat_timer_, rescan_timer_;
+  bool detached_ = false;  // serve(): the thread waits detached (Note [Biased reference counts])
   QString host_id_;
   int64_t data_version_ = -1;
   int64_t last_applied_ = 0;

@@ -665,6 +665,9 @@ RegistrationHandleRAII registerUserFormula(std::string_view op_name, BackwardFn 
                                            const std::source_location& loc) {
   initialize();
   const std::string call = "register_autograd(" + std::string(op_name) + ")";
+  if (strata::detail::capturingStaticRegistrations()) {
+    return strata::detail::refuseStaticRegistration(call + " (" + modes::detail::registeredAt(loc) + ")");
+  }
   STRATA_CHECK(static_cast<bool>(backward), Value, call, ": backward is empty");
   std::optional<OperatorHandle> op;
   try {

@@ -132,6 +132,9 @@ bool validModeName(std::string_view name) {
 
 RegistrationHandleRAII addModeType(std::string name, std::string description, ModeFactory factory,
                                               std::string debug) {
+  if (strata::detail::capturingStaticRegistrations()) {
+    return strata::detail::refuseStaticRegistration("register_mode_type(" + name + ") (" + debug + ")");
+  }
   STRATA_CHECK(validModeName(name), Value, "invalid mode type name '", name, "' (", debug,
                "): use letters, digits, '_', '.' and '-'");
   STRATA_CHECK(static_cast<bool>(factory), Value, "mode type '", name, "' (", debug, ") has no factory");
@@ -263,7 +266,12 @@ Stack PassthroughMode::dispatch(const OperatorHandle& op, const TensorTypes&, St
 void initialize() {
   // Leaked on purpose, like the dispatcher. volatile keeps the pointer stored, so
   // LeakSanitizer sees it as reachable.
-  static Runtime* volatile runtime = new Runtime();
+  // Its builtin fallbacks are Strata's even when a bundle's load first needs them
+  // (Note [Static registrations in bundles] in strata/plugin.h).
+  static Runtime* volatile runtime = [] {
+    strata::detail::SuspendStaticCapture suspend;
+    return new Runtime();
+  }();
   (void)runtime;
 }
 
@@ -307,6 +315,10 @@ namespace detail {
 RegistrationHandleRAII registerTorchDispatch(std::string_view op, const std::type_info& mode_type,
                                              TorchDispatchRule rule, std::source_location loc) {
   initialize();
+  if (strata::detail::capturingStaticRegistrations()) {
+    return strata::detail::refuseStaticRegistration("register_torch_dispatch(" + std::string(op) + ", " +
+                                                    demangle(mode_type) + ") (" + where(loc) + ")");
+  }
   STRATA_CHECK(static_cast<bool>(rule), Value, "register_torch_dispatch(", op, ", ", demangle(mode_type),
                "): the rule is empty");
   const OperatorName name = parseOperatorName(op);

@@ -535,6 +535,10 @@ constexpr const char* kSampleInputs = "sample_inputs";
 
 RegistrationHandleRAII register_sample_inputs(std::string_view op, SampleInputsFn samples, std::source_location loc) {
   initialize();
+  if (strata::detail::capturingStaticRegistrations()) {
+    return strata::detail::refuseStaticRegistration("register_sample_inputs(" + std::string(op) + ") (" +
+                                                    detail::registeredAt(loc) + ")");
+  }
   STRATA_CHECK(static_cast<bool>(samples), Value, "register_sample_inputs(", op, "): the function is empty");
   const OperatorHandle h = Dispatcher::singleton().findSchemaOrThrow(op);
   auto payload = std::make_shared<const SampleInputsFn>(std::move(samples));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "strata/strata.h"
+#include "strata/plugin.h"
 #include "test_util.h"
 
 namespace strata {
@@ -664,6 +665,57 @@ TEST(Libraries, AStaticLibraryBlockThatThrowsKeepsNothing) {
   for (const auto& e : errors) found = found || e.find("static_bad") != std::string::npos;
   EXPECT_TRUE(found);
   EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("static_bad::ok")).has_value());
+}
+
+// Note [Static registrations in bundles]: what a host sees while a bundle's library
+// loads, here without a library: the same code paths, run under a capture.
+void captured_block(Library& m) {
+  m.def("f(Tensor x) -> Tensor");
+  m.impl("f", [](const Tensor& x) { return x; }, "cpu");
+}
+
+TEST(Libraries, UnderACaptureBlocksAreDeferredAndOtherRegistrationsRefused) {
+  StaticRegistrations got;
+  {
+    CaptureStaticRegistrations capture(got);
+    detail::LibraryInit block(Library::DEF, &captured_block, "captured", std::nullopt, "bundle.cc", 7);
+    Library direct(Library::FRAGMENT, "captured_direct");
+    direct.def("g(Tensor x) -> Tensor");
+    direct.impl("g", [](const Tensor& x) { return x; }, "cpu");
+    EXPECT_EQ(Dispatcher::singleton().registerFallback(DispatchKey::CPU, KernelFunction::makeFallthrough(),
+                                                       {"x", "a static fallback", true}).active(), false);
+    {
+      detail::SuspendStaticCapture suspend;  // Strata's own lazy initializers
+      Library own(Library::FRAGMENT, "captured_suspended");
+      own.def("h(Tensor x) -> Tensor");
+      EXPECT_TRUE(Dispatcher::singleton().findSchema(parseOperatorName("captured_suspended::h")).has_value());
+    }
+    EXPECT_TRUE(detail::capturingStaticRegistrations());
+  }
+  EXPECT_FALSE(detail::capturingStaticRegistrations());
+  for (const char* n : {"captured::f", "captured_direct::g"}) {
+    EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName(n)).has_value()) << n;
+  }
+  ASSERT_EQ(got.blocks.size(), 1u);
+  EXPECT_EQ(got.blocks[0].ns, "captured");
+  EXPECT_EQ(got.blocks[0].file, "bundle.cc");
+  ASSERT_EQ(got.refused.size(), 3u) << ::testing::PrintToString(got.refused);
+  EXPECT_THAT(got.refused[0], HasSubstr("def captured_direct::g(Tensor x) -> Tensor (registered at"));
+  EXPECT_THAT(got.refused[1], HasSubstr("impl captured_direct::g at CPU"));
+  EXPECT_THAT(got.refused[2], HasSubstr("fallback at CPU (a static fallback)"));
+  // The host runs the deferred block in the bundle's name, and removes it with it.
+  {
+    BundleRegistrar r("capturer", "1.0.0");
+    r.runStaticBlocks(got.blocks);
+    const auto regs = Dispatcher::singleton().registrations(parseOperatorName("captured::f"));
+    ASSERT_EQ(regs.size(), 2u);
+    for (const auto& reg : regs) {
+      EXPECT_EQ(reg.owner, "capturer@1.0.0");
+      EXPECT_THAT(reg.debug, HasSubstr(".cc:"));
+    }
+    EXPECT_EQ(op("captured::f").typed<Unary>().call(tagged(3)).item().toDouble(), 3);
+  }
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("captured::f")).has_value());
 }
 
 // ---------------------------------------------------------------------------

@@ -13,7 +13,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -31,6 +35,7 @@ namespace strata::host {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 QString built(const char* dir, const char* name) { return QString(dir) + "/lib" + name + ".so"; }
 QString plugin(const char* name) { return built(STRATA_PLUGIN_BUILD_DIR, name); }
@@ -342,6 +347,95 @@ TEST(PluginHost, TheStoreRecordsEachBundlesRegistrations) {
   EXPECT_FALSE(env.store->registrations("extension_cpp::mymuladd").empty());
 }
 
+// Note [Static registrations in bundles]: STRATA_LIBRARY blocks at namespace scope run
+// inside the load transaction, owned by the bundle, and go with it; the library stays
+// mapped, so when the same file loads again its kept blocks run again.
+TEST(PluginHost, StaticLibraryBlocksRunInTheTransactionOwnedByTheBundleAndGoWithIt) {
+  Env env;
+  auto& d = Dispatcher::singleton();
+  const OperatorName twice = parseOperatorName("static_init::twice");
+  auto nothing_left = [&] {
+    EXPECT_FALSE(d.findOp(twice).has_value());
+    EXPECT_FALSE(d.findOp(parseOperatorName("static_init::thrice")).has_value());
+    EXPECT_EQ(registrationsOwnedBy("static_init@"), 0u);
+    for (const auto& o : env.store->operators()) EXPECT_NE(o.owner, "static_init@1.0.0") << o.name;
+    for (const auto& r : env.store->registrations()) EXPECT_NE(r.owner, "static_init@1.0.0") << r.op << " " << r.key;
+  };
+  nothing_left();
+  PluginHost host(env.dir, env.store.get());
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "first load: the static initializers run" : "the same file again: they do not");
+    env.add(testBundle("static_init"));
+    host.sync();
+    ASSERT_EQ(env.row("libstatic_init.so").state, "loaded") << env.row("libstatic_init.so").reason;
+    std::set<std::string> regs;
+    for (const auto& r : d.registrations(twice)) {
+      regs.insert((r.what == RegistrationInfo::What::Def ? std::string("def") : std::string(toString(r.key))) + " " +
+                  r.owner);
+      EXPECT_THAT(r.debug, HasSubstr("static_init.cc:"));
+    }
+    EXPECT_EQ(regs, (std::set<std::string>{"def static_init@1.0.0", "CPU static_init@1.0.0",
+                                           "Meta static_init@1.0.0"}));
+    std::set<std::string> stored;
+    for (const auto& r : env.store->registrations("static_init::twice")) stored.insert(r.key + " " + r.owner);
+    EXPECT_EQ(stored, (std::set<std::string>{"def static_init@1.0.0", "CPU static_init@1.0.0",
+                                             "Meta static_init@1.0.0"}));
+    auto call = [&](const char* name) {
+      return d.findSchemaOrThrow(name).typed<Tensor(const Tensor&)>().call(ops::ones({2}));
+    };
+    EXPECT_TRUE(ops::allclose(call("static_init::twice"), ops::full({2}, 2.0)));
+    EXPECT_TRUE(ops::allclose(call("static_init::thrice"), ops::full({2}, 3.0)));  // registerAll's, beside them
+    env.remove("libstatic_init.so");
+    host.sync();
+    EXPECT_EQ(host.loaded().size(), 0u);
+    nothing_left();
+  }
+  EXPECT_TRUE(mapped("libstatic_init.so"));  // kept mapped, so its blocks could run again
+}
+
+// Registrations a bundle's static initializers make any other way register nothing,
+// and reject the bundle, naming each; a block that breaks the transaction rejects it
+// too. Nothing of any of them stays, in the dispatcher or the store.
+TEST(PluginHost, OtherStaticRegistrationsAndBadBlocksRejectTheBundleAndLeaveNothing) {
+  Env env;
+  auto& d = Dispatcher::singleton();
+  const size_t static_errors = detail::staticRegistrationErrors().size();
+  for (const char* b : {"static_escape", "static_undeclared", "static_throws"}) env.add(testBundle(b));
+  PluginHost host(env.dir, env.store.get());
+  for (int round = 0; round < 2; ++round) {
+    host.sync();
+    EXPECT_EQ(host.loaded().size(), 0u);
+    const db::BundleRow escape = env.row("libstatic_escape.so");
+    EXPECT_EQ(escape.state, "rejected");
+    EXPECT_THAT(escape.reason, HasSubstr("registers from static initializers outside STRATA_LIBRARY blocks"));
+    EXPECT_THAT(escape.reason, HasSubstr("library static_escape (registered at"));
+    EXPECT_THAT(escape.reason, HasSubstr("def static_escape::f(Tensor x) -> Tensor"));
+    EXPECT_THAT(escape.reason, HasSubstr("impl static_escape::f at CPU"));
+    EXPECT_THAT(escape.reason, HasSubstr("impl core::neg at Meta (a static registerImpl)"));
+    EXPECT_THAT(env.row("libstatic_undeclared.so").reason,
+                HasSubstr("defines operators in namespace 'not_in_metadata', which bundle.json does not list"));
+    EXPECT_THAT(env.row("libstatic_throws.so").reason,
+                HasSubstr("registration failed: the block gave up half way"));
+    for (const char* op : {"static_escape::f", "static_escape::g", "static_undeclared::ok",
+                           "not_in_metadata::sneaky", "static_throws::ok", "static_throws::half"}) {
+      EXPECT_FALSE(d.findOp(parseOperatorName(op)).has_value()) << op;
+    }
+    for (const auto& r : d.registrations(parseOperatorName("core::neg"))) {
+      EXPECT_NE(r.owner, "static_escape") << r.debug;
+      EXPECT_THAT(r.debug, Not(HasSubstr("a static registerImpl")));
+    }
+    for (const char* owner : {"static_escape", "static_undeclared@", "static_throws@"}) {
+      EXPECT_EQ(registrationsOwnedBy(owner), 0u) << owner;
+    }
+    EXPECT_TRUE(env.store->operators().empty());
+    EXPECT_TRUE(env.store->registrations().empty());
+    EXPECT_EQ(detail::staticRegistrationErrors().size(), static_errors);  // the throw was the transaction's
+    env.remove("libstatic_escape.so");  // and back: the same answer, from what the host kept
+    host.sync();
+    env.add(testBundle("static_escape"));
+  }
+}
+
 TEST(PluginHost, LoadsTheHighestVersionUnlessPinned) {
   Env env;
   env.add(plugin("muladd_1_0_0"));
@@ -496,48 +590,91 @@ TEST(PluginHost, BatchingRulesAreRecordedAndGoWithTheirBundle) {
   modes::set_warning_sink(nullptr);
 }
 
-TEST(PluginHost, RemovingAndReplacingABundleWhileAnotherThreadDispatches) {
+// Two threads call a bundle's op, unboxed through a typed handle kept across cycles
+// and boxed through a fresh lookup, while the bundle is loaded, replaced by a newer
+// version and removed, STRATA_RELOAD_CYCLES times (1,000 in CI, under ASan too).
+// Every call runs one of the versions or fails with the clean error of an operator
+// that is not there; none crashes or sees a freed kernel.
+TEST(PluginHost, ReplacingAndRemovingABundleWhileTwoThreadsCallIt) {
+  const char* env_cycles = std::getenv("STRATA_RELOAD_CYCLES");
+  const int cycles = env_cycles != nullptr ? std::atoi(env_cycles) : 1000;
   Env env;
-  env.add(plugin("muladd_1_0_0"));
-  PluginHost host(env.dir, env.store.get());
+  PluginHost host(env.dir, nullptr);  // the store is not what this exercises
+  // Each version is copied once and linked into the directory and out again: a new
+  // directory entry for the host to see, without copying megabytes per cycle.
+  const QString staged = env.tmp.path() + "/staged";
+  QDir().mkpath(staged);
+  for (const char* v : {"muladd_1_0_0", "muladd_1_1_0"}) ASSERT_TRUE(QFile::copy(plugin(v), staged + "/lib" + v + ".so"));
+  auto put = [&](const char* v) {
+    const QString name = QString("/lib") + v + ".so";
+    ASSERT_EQ(::link(QFile::encodeName(staged + name).constData(), QFile::encodeName(env.dir + name).constData()), 0)
+        << std::strerror(errno);
+  };
+  put("muladd_1_0_0");
   host.sync();
+  const auto typed = Dispatcher::singleton()
+                         .findSchemaOrThrow("extension_cpp::mymuladd")
+                         .typed<Tensor(const Tensor&, const Tensor&, double)>();
   std::atomic<bool> stop{false};
-  std::atomic<int> ok{0}, refused{0}, wrong{0};
-  std::thread caller([&] {
+  std::atomic<int64_t> ran{0}, refused{0}, wrong{0};
+  std::mutex mu;
+  std::vector<std::string> unexpected;
+  auto clean = [](const Error& e) {
+    const std::string m = e.what();
+    return e.kind() == ErrorKind::NotImplemented &&
+           (m.find("was removed") != std::string::npos || m.find("no kernel") != std::string::npos ||
+            m.find("has no schema") != std::string::npos || m.find("no operator") != std::string::npos ||
+            m.find("has kernels but no schema") != std::string::npos);
+  };
+  auto caller = [&](bool boxed) {
     const Tensor a = ops::ones({4});
-    while (!stop.load()) {
+    const Tensor three = ops::full({4}, 3.0);
+    for (uint64_t n = 0; !stop.load(std::memory_order_relaxed); ++n) {
+      // Two callers and the host share two cores here: pause now and then so the
+      // host gets to replace the bundle under them.
+      if (n % 64 == 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
       try {
-        auto op = Dispatcher::singleton().findSchema(parseOperatorName("extension_cpp::mymuladd"));
-        if (!op) {
-          ++refused;
-          continue;
+        Tensor r;
+        if (boxed) {
+          Stack s{a, a, 2.0};
+          Dispatcher::singleton().findSchemaOrThrow("extension_cpp::mymuladd").callBoxed(s);
+          r = s[0].toTensor();
+        } else {
+          r = typed.call(a, a, 2.0);
         }
-        Stack s{a, a, 2.0};
-        op->callBoxed(s);
-        if (ops::allclose(s[0].toTensor(), ops::full({4}, 3.0))) ++ok;
+        if (ops::allclose(r, three)) ++ran;
         else ++wrong;
-      } catch (const Error&) {
-        ++refused;  // removed between the lookup and the call: a clean error
+      } catch (const Error& e) {
+        ++refused;
+        if (!clean(e)) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (unexpected.size() < 5) unexpected.push_back(e.what());
+        }
       }
     }
-  });
-  for (int i = 0; i < 5; ++i) {
+  };
+  std::thread unboxed_caller(caller, false), boxed_caller(caller, true);
+  for (int i = 0; i < cycles; ++i) {
+    put("muladd_1_1_0");  // the newer version replaces the loaded one
+    host.sync();
+    ASSERT_EQ(host.loaded().at("muladd").version, "1.1.0") << "cycle " << i;
     env.remove("libmuladd_1_0_0.so");
+    env.remove("libmuladd_1_1_0.so");  // and then it is gone
     host.sync();
-    EXPECT_TRUE(host.loaded().empty());
-    env.add(plugin("muladd_1_1_0"));
+    ASSERT_TRUE(host.loaded().empty()) << "cycle " << i;
+    put("muladd_1_0_0");
     host.sync();
-    EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
-    env.remove("libmuladd_1_1_0.so");
-    env.add(plugin("muladd_1_0_0"));
-    host.sync();
-    EXPECT_EQ(host.loaded().at("muladd").version, "1.0.0");
+    ASSERT_EQ(host.loaded().at("muladd").version, "1.0.0") << "cycle " << i;
   }
   stop = true;
-  caller.join();
-  EXPECT_GT(ok.load(), 0);
+  unboxed_caller.join();
+  boxed_caller.join();
+  std::printf("%d cycles: %lld calls ran, %lld refused cleanly\n", cycles, static_cast<long long>(ran.load()),
+              static_cast<long long>(refused.load()));
+  EXPECT_GT(ran.load(), 0);
+  EXPECT_GT(refused.load(), 0);  // calls did land while it was gone
   EXPECT_EQ(wrong.load(), 0);
-  EXPECT_EQ(env.row("libmuladd_1_0_0.so").state, "loaded");
+  EXPECT_TRUE(unexpected.empty()) << ::testing::PrintToString(unexpected);
 }
 
 // Normal(0, 1) float32 values: never zeros, which would hide unwritten outputs.

@@ -327,6 +327,7 @@ class STRATA_API RegistrationOwnerGuard {
   std::string saved_;
 };
 
+
 // Removes a registration when it dies. Move-only.
 class STRATA_API RegistrationHandleRAII {
  public:
@@ -351,6 +352,28 @@ class STRATA_API RegistrationHandleRAII {
  private:
   std::function<void()> on_destroy_;
 };
+
+namespace detail {
+// True while a host loads a bundle's library on this thread (one thread_local load):
+// the registrations its static initializers make are then refused (Note [Static
+// registrations in bundles] in strata/plugin.h). A registration function checks it
+// first and, when true, returns refuseStaticRegistration(what it would register):
+// `what` is recorded for the host, and the handle returned is empty.
+STRATA_API bool capturingStaticRegistrations();
+STRATA_API RegistrationHandleRAII refuseStaticRegistration(std::string what);
+// Lifts the capture on this thread while alive: for the lazy initializers of Strata's
+// own layers (builtin fallbacks), which may first run inside a bundle's load.
+class STRATA_API SuspendStaticCapture {
+ public:
+  SuspendStaticCapture();
+  SuspendStaticCapture(const SuspendStaticCapture&) = delete;
+  SuspendStaticCapture& operator=(const SuspendStaticCapture&) = delete;
+  ~SuspendStaticCapture();
+
+ private:
+  void* saved_;
+};
+}  // namespace detail
 
 struct KernelRecord;
 

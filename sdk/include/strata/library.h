@@ -186,7 +186,9 @@ STRATA_API const char* toString(Library::Kind kind);
 namespace detail {
 // What the macros expand to: builds the library at static-initialization time and
 // runs the block. A block that throws leaves nothing registered (the library is
-// reset) and reports to stderr; see staticRegistrationErrors().
+// reset) and reports to stderr; see staticRegistrationErrors(). In a bundle the host
+// is loading, the block is deferred instead and runs inside the bundle's load
+// transaction, owned by the bundle (Note [Static registrations in bundles]).
 class STRATA_API LibraryInit {
  public:
   using InitFn = void (*)(Library&);
@@ -197,6 +199,19 @@ class STRATA_API LibraryInit {
   std::optional<Library> lib_;
 };
 STRATA_API std::vector<std::string> staticRegistrationErrors();
+
+// A STRATA_LIBRARY block whose run was deferred because a host was loading the
+// library that holds it (Note [Static registrations in bundles] in strata/plugin.h).
+struct StaticLibraryBlock {
+  Library::Kind kind = Library::DEF;
+  LibraryInit::InitFn fn = nullptr;
+  std::string ns;
+  std::optional<DispatchKey> key;
+  std::string file;
+  uint32_t line = 0;
+};
+// Defers the block when a capture is active on this thread (returns true).
+STRATA_API bool deferStaticBlock(StaticLibraryBlock block);
 }  // namespace detail
 
 }  // namespace strata

@@ -4,7 +4,8 @@
 // metadata embedded from bundle.json. The host reads the metadata without loading
 // the library, checks it, then loads the library, checks the ABI the root object
 // reports, and calls registerAll() inside a load transaction (Note [The load
-// transaction] in host/plugin_host.h). Nothing registers from static initializers.
+// transaction] in host/plugin_host.h). STRATA_LIBRARY blocks in a bundle are run
+// there too, owned by the bundle (Note [Static registrations in bundles] below).
 //
 //   // mybundle.cc (CMake: find_package(strata) and strata_add_bundle(mybundle SOURCES mybundle.cc);
 //   // the README, "Write a bundle", has a complete example)
@@ -76,6 +77,9 @@ class STRATA_API BundleRegistrar {
   Library& library(Library::Kind kind, std::string_view ns, std::string_view device_or_key);
   // Keeps any other registration for the bundle's lifetime.
   void keep(RegistrationHandleRAII registration);
+  // Runs the STRATA_LIBRARY blocks captured while the bundle's library loaded, each
+  // in a library the host keeps for the bundle, as if registerAll had made it.
+  void runStaticBlocks(const std::vector<detail::StaticLibraryBlock>& blocks);
 
   size_t numLibraries() const { return libraries_.size(); }
   // (kind, namespace) of each library, in the order they were made.
@@ -103,6 +107,42 @@ class STRATA_API Bundle {
 
 // The host's ABI (what this SDK build is).
 STRATA_API AbiVersion hostSdkAbi();
+
+// Note [Static registrations in bundles]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// PyTorch's habit is to register from static initializers (TORCH_LIBRARY blocks),
+// which run while the library is being loaded: before any load transaction, under
+// no owner, with handles the host does not hold and cannot drop. So while a host
+// loads a bundle's library it keeps a CaptureStaticRegistrations on that thread:
+//   - a STRATA_LIBRARY / _FRAGMENT / _IMPL block does not run then; it is recorded
+//     (detail::deferStaticBlock) and the host runs it inside the bundle's load
+//     transaction (BundleRegistrar::runStaticBlocks), owned by "name@version", checked
+//     against bundle.json, published with the rest and removed with the bundle. The
+//     library is never unloaded, so the host keeps the blocks of each file it loaded
+//     and runs them again whenever that file loads again;
+//   - any other registration made then (a namespace-scope Library, a registration
+//     function called from a static constructor) is refused: it registers nothing,
+//     returns an empty handle, and is recorded, and the host rejects the bundle,
+//     naming each one. Nothing of such a bundle reaches a table.
+// A static initializer that throws ends the process, as in any C++ program; the
+// macros never throw at load (their blocks run later, in the transaction).
+struct StaticRegistrations {
+  std::vector<detail::StaticLibraryBlock> blocks;  // deferred, in load order
+  std::vector<std::string> refused;                // "def ns::f(...) (registered at file:line)", ...
+};
+
+// Captures static registrations on this thread while alive (see the Note). Nests:
+// the innermost capture receives them.
+class STRATA_API CaptureStaticRegistrations {
+ public:
+  explicit CaptureStaticRegistrations(StaticRegistrations& into);
+  CaptureStaticRegistrations(const CaptureStaticRegistrations&) = delete;
+  CaptureStaticRegistrations& operator=(const CaptureStaticRegistrations&) = delete;
+  ~CaptureStaticRegistrations();
+
+ private:
+  StaticRegistrations* saved_;
+};
 
 }  // namespace strata
 

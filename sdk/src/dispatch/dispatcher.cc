@@ -501,6 +501,7 @@ Dispatcher& Dispatcher::singleton() {
   if (!initializing) {
     std::call_once(once, [] {
       initializing = true;
+      detail::SuspendStaticCapture builtins_are_not_a_bundles;  // Note [Static registrations in bundles]
       struct Reset {
         ~Reset() { initializing = false; }
       } reset;
@@ -552,6 +553,9 @@ std::vector<OperatorName> Dispatcher::operatorNames() {
 
 RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOptions options, TagSet tags,
                                                AliasAnalysisKind alias_analysis) {
+  if (detail::capturingStaticRegistrations()) {
+    return detail::refuseStaticRegistration(detail::concat("def ", schema.str(), " (", options.debug, ")"));
+  }
   if (alias_analysis != AliasAnalysisKind::FROM_SCHEMA) {
     auto annotated = [](const std::vector<Argument>& as) {
       return std::any_of(as.begin(), as.end(), [](const Argument& a) { return a.alias_info.has_value(); });
@@ -589,6 +593,9 @@ RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOp
 
 RegistrationHandleRAII Dispatcher::registerImpl(const OperatorName& op, DispatchKey key, KernelFunction kernel,
                                                 RegisterOptions options) {
+  if (detail::capturingStaticRegistrations()) {
+    return detail::refuseStaticRegistration(detail::concat("impl ", op.str(), " at ", toString(key), " (", options.debug, ")"));
+  }
   STRATA_CHECK(isRuntimeKey(key) || isAliasKey(key), Value, op.str(), ": cannot register a kernel at ", toString(key),
                " (", options.debug, "): not a dispatch key");
   STRATA_CHECK(kernel.isValid(), Value, op.str(), ": invalid (empty) kernel at ", toString(key), " (", options.debug, ")");
@@ -641,6 +648,9 @@ RegistrationHandleRAII Dispatcher::registerImpl(const OperatorName& op, Dispatch
 }
 
 RegistrationHandleRAII Dispatcher::registerFallback(DispatchKey key, KernelFunction kernel, RegisterOptions options) {
+  if (detail::capturingStaticRegistrations()) {
+    return detail::refuseStaticRegistration(detail::concat("fallback at ", toString(key), " (", options.debug, ")"));
+  }
   STRATA_CHECK(isRuntimeKey(key), Value, "a backend fallback must be registered at a runtime dispatch key, not ",
                toString(key), " (", options.debug, ")");
   STRATA_CHECK(kernel.isBoxed() || kernel.isFallthrough(), Value, "the fallback for ", toString(key), " (",
@@ -676,6 +686,9 @@ RegistrationHandleRAII Dispatcher::registerFallback(DispatchKey key, KernelFunct
 
 RegistrationHandleRAII Dispatcher::registerRule(const OperatorName& op, std::string kind, const std::type_info& target,
                                                 std::shared_ptr<const void> payload, RegisterOptions options) {
+  if (detail::capturingStaticRegistrations()) {
+    return detail::refuseStaticRegistration(detail::concat(kind, " rule for ", op.str(), " (", options.debug, ")"));
+  }
   STRATA_CHECK(payload != nullptr, Value, op.str(), ": an empty ", kind, " rule for ", demangle(target), " (",
                options.debug, ")");
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -715,6 +728,9 @@ RegistrationHandleRAII Dispatcher::registerRule(const OperatorName& op, std::str
 }
 
 RegistrationHandleRAII Dispatcher::registerLibrary(const std::string& ns, std::string debug) {
+  if (detail::capturingStaticRegistrations()) {
+    return detail::refuseStaticRegistration(detail::concat("library ", ns, " (", debug, ")"));
+  }
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto it = impl_->def_libraries.find(ns);
   if (it != impl_->def_libraries.end()) {

@@ -208,6 +208,7 @@ std::vector<std::string>& staticErrors() {
 
 LibraryInit::LibraryInit(Library::Kind kind, InitFn fn, const char* ns, std::optional<DispatchKey> key,
                          const char* file, uint32_t line) {
+  if (deferStaticBlock({kind, fn, ns, key, file != nullptr ? file : "", line})) return;
   try {
     lib_.emplace(kind, ns, key, file, line);
     fn(*lib_);

@@ -1,6 +1,34 @@
 #include "strata/plugin.h"
 
+#include <utility>
+
 namespace strata {
+
+namespace {
+thread_local StaticRegistrations* tls_capture = nullptr;  // Note [Static registrations in bundles]
+}  // namespace
+
+namespace detail {
+bool capturingStaticRegistrations() { return tls_capture != nullptr; }
+
+RegistrationHandleRAII refuseStaticRegistration(std::string what) {
+  if (tls_capture != nullptr) tls_capture->refused.push_back(std::move(what));
+  return {};
+}
+
+SuspendStaticCapture::SuspendStaticCapture() : saved_(std::exchange(tls_capture, nullptr)) {}
+SuspendStaticCapture::~SuspendStaticCapture() { tls_capture = static_cast<StaticRegistrations*>(saved_); }
+
+bool deferStaticBlock(StaticLibraryBlock block) {
+  if (tls_capture == nullptr) return false;
+  tls_capture->blocks.push_back(std::move(block));
+  return true;
+}
+}  // namespace detail
+
+CaptureStaticRegistrations::CaptureStaticRegistrations(StaticRegistrations& into)
+    : saved_(std::exchange(tls_capture, &into)) {}
+CaptureStaticRegistrations::~CaptureStaticRegistrations() { tls_capture = saved_; }
 
 Bundle::~Bundle() = default;
 
@@ -20,6 +48,15 @@ Library& BundleRegistrar::library(Library::Kind kind, std::string_view ns, std::
 
 Library& BundleRegistrar::library(Library::Kind kind, std::string_view ns, std::string_view device_or_key) {
   return library(kind, ns, parseDispatchKey(device_or_key));
+}
+
+void BundleRegistrar::runStaticBlocks(const std::vector<detail::StaticLibraryBlock>& blocks) {
+  RegistrationOwnerGuard owner(this->owner());
+  for (const auto& b : blocks) {
+    libraries_.push_back(std::make_unique<Library>(b.kind, b.ns, b.key, b.file.c_str(), b.line));
+    order_.emplace_back(true, libraries_.size() - 1);
+    b.fn(*libraries_.back());
+  }
 }
 
 void BundleRegistrar::keep(RegistrationHandleRAII registration) {
