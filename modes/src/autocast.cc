@@ -251,7 +251,9 @@ RegistrationHandleRAII addRule(std::string_view op_text, std::string_view device
                                std::optional<ScalarType> cast_inputs, bool allow_override, const std::string& debug,
                                const char* api) {
   const std::string call = std::string(api) + "(" + std::string(op_text) + ", " + std::string(device_type) + ")";
-  if (strata::detail::capturingStaticRegistrations()) return strata::detail::refuseStaticRegistration(call + " (" + debug + ")");
+  if (strata::detail::capturingStaticRegistrations()) {
+    return strata::detail::refuseStaticRegistration(call + " (" + debug + ")");
+  }
   DeviceType device;
   try {
     device = parseAutocastDevice(device_type);

@@ -347,7 +347,9 @@ RegistrationHandleRAII registerFake(std::string_view op_text, KernelFunction ker
   initialize();
   const std::string debug = registeredAt(loc);
   const std::string call = "register_fake(" + std::string(op_text) + ")";
-  if (strata::detail::capturingStaticRegistrations()) return strata::detail::refuseStaticRegistration(call + " (" + debug + ")");
+  if (strata::detail::capturingStaticRegistrations()) {
+    return strata::detail::refuseStaticRegistration(call + " (" + debug + ")");
+  }
   const OperatorName name = parseOperatorName(op_text);
   Dispatcher& d = Dispatcher::singleton();
   STRATA_CHECK(d.findSchema(name).has_value(), NotImplemented, call, ": no operator named ", name.str(),

@@ -587,7 +587,8 @@ namespace detail {
 RegistrationHandleRAII addVmapRule(std::string_view op_text, VmapRule rule, bool runs_unbatched, bool allow_override,
                                    const std::string& debug, const char* api) {
   if (strata::detail::capturingStaticRegistrations()) {
-    return strata::detail::refuseStaticRegistration(std::string(api) + "(" + std::string(op_text) + ") (" + debug + ")");
+    return strata::detail::refuseStaticRegistration(std::string(api) + "(" + std::string(op_text) + ") (" + debug +
+                                                    ")");
   }
   STRATA_CHECK(rule != nullptr, Value, api, "(", op_text, "): the rule is empty");
   const OperatorName name = parseOperatorName(op_text);

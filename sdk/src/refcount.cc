@@ -147,9 +147,19 @@ void queueToOwner(const intrusive_ptr_target* p) {
     owner_thread->pending.store(false, std::memory_order_relaxed);
     lock.unlock();
     queued.push_back(p);
-    mergeAll(queued);  // may free objects whose destructors drop others: no lock held
-    owner_thread->state.store(kDetached, std::memory_order_release);
-    return;
+    for (;;) {
+      mergeAll(queued);  // may free objects whose destructors drop others: no lock held
+      // Drops that found kMerging queued meanwhile (under the lock): take them too,
+      // or hand the owner back as detached, under the lock, so none is left behind.
+      lock.lock();
+      if (owner_thread->queue.empty()) {
+        owner_thread->state.store(kDetached, std::memory_order_release);
+        return;
+      }
+      queued.swap(owner_thread->queue);
+      owner_thread->pending.store(false, std::memory_order_relaxed);
+      lock.unlock();
+    }
   }
   owner_thread->queue.push_back(p);
   owner_thread->pending.store(true, std::memory_order_release);

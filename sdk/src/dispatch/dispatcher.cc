@@ -501,7 +501,7 @@ Dispatcher& Dispatcher::singleton() {
   if (!initializing) {
     std::call_once(once, [] {
       initializing = true;
-      detail::SuspendStaticCapture builtins_are_not_a_bundles;  // Note [Static registrations in bundles]
+      detail::SuspendStaticCapture suspend;  // builtins are Strata's: Note [Static registrations in bundles]
       struct Reset {
         ~Reset() { initializing = false; }
       } reset;
@@ -594,7 +594,8 @@ RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOp
 RegistrationHandleRAII Dispatcher::registerImpl(const OperatorName& op, DispatchKey key, KernelFunction kernel,
                                                 RegisterOptions options) {
   if (detail::capturingStaticRegistrations()) {
-    return detail::refuseStaticRegistration(detail::concat("impl ", op.str(), " at ", toString(key), " (", options.debug, ")"));
+    return detail::refuseStaticRegistration(
+        detail::concat("impl ", op.str(), " at ", toString(key), " (", options.debug, ")"));
   }
   STRATA_CHECK(isRuntimeKey(key) || isAliasKey(key), Value, op.str(), ": cannot register a kernel at ", toString(key),
                " (", options.debug, "): not a dispatch key");
