@@ -107,7 +107,7 @@ QString hashFile(const QString& path, QString* error) {
 }
 
 // A file's sha256, remembered while its identity (device, inode, size, modification
-// time to the nanosecond) stays the same, as git's index does: a host rescans its
+// and change times to the nanosecond) stays the same, as git's index does: a host rescans its
 // directory on every change in it, and bundles are megabytes. Replacing a file, or
 // writing to it, changes that identity; the load step hashes the bytes it copies
 // again anyway (Note [The load transaction], step 2).
@@ -116,21 +116,25 @@ QString sha256Of(const QString& path, QString* error) {
     dev_t dev;
     ino_t ino;
     off_t size;
-    int64_t mtime_ns;
+    int64_t mtime_ns, ctime_ns;
     bool operator==(const Identity&) const = default;
   };
   static std::mutex mu;
   static std::map<QString, std::pair<Identity, QString>> known;
   struct stat st {};
   if (::stat(QFile::encodeName(path).constData(), &st) != 0) return hashFile(path, error);
-  const Identity id{st.st_dev, st.st_ino, st.st_size, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec};
+  auto ns = [](const timespec& t) { return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; };
+  const Identity id{st.st_dev, st.st_ino, st.st_size, ns(st.st_mtim), ns(st.st_ctim)};
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = known.find(path);
     if (it != known.end() && it->second.first == id) return it->second.second;
   }
   const QString sha = hashFile(path, error);
-  if (!sha.isEmpty()) {
+  // A file changed within the last seconds may change again within its timestamps'
+  // granularity: not remembered (git's "racily clean" rule).
+  const bool settled = ::time(nullptr) - std::max(st.st_mtim.tv_sec, st.st_ctim.tv_sec) > 2;
+  if (!sha.isEmpty() && settled) {
     std::lock_guard<std::mutex> lock(mu);
     if (known.size() >= 4096) known.clear();  // bounded: paths come and go
     known[path] = {id, sha};
@@ -588,12 +592,20 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
   // Its static initializers run now, the first time: what they register is captured
   // (Note [Static registrations in bundles] in strata/plugin.h), and kept with the
   // file, since they never run again in this process.
-  StaticRegistrations& statics = statics_[f.sha256];
   QObject* root = nullptr;
+  StaticRegistrations statics;
   {
+    // Per process, not per host: a library's static initializers run once in it.
+    static std::mutex statics_mu;
+    static std::map<QString, StaticRegistrations> statics_by_sha;
+    std::lock_guard<std::mutex> lock(statics_mu);
+    StaticRegistrations& kept = statics_by_sha[f.sha256];
     Dispatcher::singleton();  // the builtins are Strata's, registered before any capture
-    CaptureStaticRegistrations capture(statics);
-    root = loader->instance();
+    {
+      CaptureStaticRegistrations capture(kept);
+      root = loader->instance();
+    }
+    statics = kept;
   }
   if (root == nullptr) return reject("cannot load the library: " + loader->errorString());
   if (!statics.refused.empty()) {
@@ -753,7 +765,9 @@ void PluginHost::serve(const QString& host_id, int poll_ms) {
   QDir().mkpath(dir_);
   // While its event loop waits, the host's thread is detached (Note [Biased reference
   // counts] in strata/intrusive_ptr.h): tensors it made that other threads drop are
-  // freed when they drop them, not when the host next makes one.
+  // freed when they drop them, not when the host next makes one. Qt may signal awake
+  // only after it ran the timers, so the host's own slots attach for their work
+  // (Working).
   if (QAbstractEventDispatcher* events = QAbstractEventDispatcher::instance()) {
     connect(events, &QAbstractEventDispatcher::aboutToBlock, this, [this] {
       if (!std::exchange(detached_, true)) detach_thread();
@@ -771,6 +785,7 @@ void PluginHost::serve(const QString& host_id, int poll_ms) {
   connect(watcher_.get(), &QFileSystemWatcher::directoryChanged, this, [this] { rescan_timer_.start(); });
   connect(watcher_.get(), &QFileSystemWatcher::fileChanged, this, [this] { rescan_timer_.start(); });
   connect(&rescan_timer_, &QTimer::timeout, this, [this] {
+    Working working(this);
     const QStringList what = rescan();
     for (const auto& w : what) qCInfo(lcHost).noquote() << w;
     // Files are watched too, so one replaced in place is seen.
@@ -793,6 +808,7 @@ void PluginHost::serve(const QString& host_id, int poll_ms) {
 
 void PluginHost::poll() {
   if (store_ == nullptr) return;
+  Working working(this);
   try {
     const int64_t v = store_->dataVersion();
     if (v == data_version_) return;

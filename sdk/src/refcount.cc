@@ -147,19 +147,29 @@ void queueToOwner(const intrusive_ptr_target* p) {
     owner_thread->pending.store(false, std::memory_order_relaxed);
     lock.unlock();
     queued.push_back(p);
+    // Only the counts are folded under the claim; the objects that reach zero are
+    // destroyed after it is given back, so an owner re-attaching (or exiting) never
+    // waits on their destructors, which may take locks it holds.
+    std::vector<const intrusive_ptr_target*> dead;
     for (;;) {
-      mergeAll(queued);  // may free objects whose destructors drop others: no lock held
+      for (const intrusive_ptr_target* q : queued) {
+        if (explicitMerge(q, -1) == 0) dead.push_back(q);  // -1: the queue's reference
+      }
+      queued.clear();
       // Drops that found kMerging queued meanwhile (under the lock): take them too,
       // or hand the owner back as detached, under the lock, so none is left behind.
       lock.lock();
       if (owner_thread->queue.empty()) {
         owner_thread->state.store(kDetached, std::memory_order_release);
-        return;
+        break;
       }
       queued.swap(owner_thread->queue);
       owner_thread->pending.store(false, std::memory_order_relaxed);
       lock.unlock();
     }
+    lock.unlock();
+    for (const intrusive_ptr_target* q : dead) A::destroy(q);
+    return;
   }
   owner_thread->queue.push_back(p);
   owner_thread->pending.store(true, std::memory_order_release);
@@ -223,16 +233,25 @@ size_t release_queued_references() noexcept { return tls_detached > 0 ? 0 : merg
 
 void detach_thread() noexcept {
   if (tls_detached++ > 0 || tls_self == nullptr) return;  // nested, or owns nothing
-  mergeQueued();  // what is queued already goes now; later drops merge on their side
   tls_saved_token = std::exchange(tls_owner_token, 0);  // handles touched now take the shared path
-  tls_self->state.store(kDetached, std::memory_order_release);
+  std::vector<const intrusive_ptr_target*> queued;
+  {
+    // Under the lock a drop either queued before (taken here) or sees kDetached.
+    std::lock_guard<std::mutex> lock(registry().mu);
+    queued.swap(tls_self->queue);
+    tls_self->pending.store(false, std::memory_order_relaxed);
+    tls_self->state.store(kDetached, std::memory_order_release);
+  }
+  // Still ours to merge: a dropping thread cannot claim them, they left the queue.
+  // (The token is set aside, but local_ is only touched here and by no one else.)
+  mergeAll(queued);
 }
 
 void attach_thread() noexcept {
   if (tls_detached == 0 || --tls_detached > 0 || tls_self == nullptr) return;
   int detached = kDetached;
-  // A dropping thread may be merging our objects: wait until it is done (it holds
-  // no lock while it merges, and it never waits on us).
+  // A dropping thread may be folding our objects' counts: wait until it is done (a
+  // short loop that runs no destructor and takes no lock we could hold).
   while (!tls_self->state.compare_exchange_weak(detached, kAttached, std::memory_order_acq_rel)) {
     detached = kDetached;
     std::this_thread::yield();

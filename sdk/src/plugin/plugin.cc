@@ -53,9 +53,14 @@ Library& BundleRegistrar::library(Library::Kind kind, std::string_view ns, std::
 void BundleRegistrar::runStaticBlocks(const std::vector<detail::StaticLibraryBlock>& blocks) {
   RegistrationOwnerGuard owner(this->owner());
   for (const auto& b : blocks) {
-    libraries_.push_back(std::make_unique<Library>(b.kind, b.ns, b.key, b.file.c_str(), b.line));
-    order_.emplace_back(true, libraries_.size() - 1);
-    b.fn(*libraries_.back());
+    try {
+      libraries_.push_back(std::make_unique<Library>(b.kind, b.ns, b.key, b.file.c_str(), b.line));
+      order_.emplace_back(true, libraries_.size() - 1);
+      b.fn(*libraries_.back());
+    } catch (const std::exception& e) {
+      STRATA_FAIL(Value, "the ", toString(b.kind), " block for namespace ", b.ns, " at ", b.file, ":", b.line,
+                  " failed: ", e.what());
+    }
   }
 }
 

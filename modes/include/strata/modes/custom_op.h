@@ -30,6 +30,7 @@
 
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <source_location>
 #include <string>
 #include <string_view>
@@ -139,14 +140,21 @@ class TypedCustomOpDef;
 template <typename Return, typename... Args>
 class TypedCustomOpDef<Return(Args...)> final : public CustomOpDef {
  public:
-  TypedCustomOpDef(std::string name, std::unique_ptr<Library> lib)
-      : CustomOpDef(std::move(name), std::move(lib)), typed_(op().template typed<Return(Args...)>()) {}
+  TypedCustomOpDef(std::string name, std::unique_ptr<Library> lib) : CustomOpDef(std::move(name), std::move(lib)) {
+    // In a bundle's static initializer the def was refused (Note [Static registrations
+    // in bundles] in strata/plugin.h): the host rejects the bundle, and nothing here
+    // may throw meanwhile, or the process ends. The handle is looked up on first use.
+    if (!strata::detail::capturingStaticRegistrations()) typed_.emplace(op().template typed<Return(Args...)>());
+  }
   // A dispatcher call of the op (every layer sees it).
-  Return operator()(Args... args) const { return typed_.call(std::forward<Args>(args)...); }
-  const TypedOperatorHandle<Return(Args...)>& typed() const { return typed_; }
+  Return operator()(Args... args) const { return typed().call(std::forward<Args>(args)...); }
+  const TypedOperatorHandle<Return(Args...)>& typed() const {
+    if (__builtin_expect(!typed_.has_value(), 0)) typed_.emplace(op().template typed<Return(Args...)>());
+    return *typed_;
+  }
 
  private:
-  TypedOperatorHandle<Return(Args...)> typed_;
+  mutable std::optional<TypedOperatorHandle<Return(Args...)>> typed_;
 };
 
 namespace detail {
