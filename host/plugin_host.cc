@@ -1,6 +1,5 @@
 #include "plugin_host.h"
 
-#include <QAbstractEventDispatcher>
 #include <QCoreApplication>
 #include <QCryptographicHash>
 #include <QDir>
@@ -107,33 +106,33 @@ QString hashFile(const QString& path, QString* error) {
 }
 
 // A file's sha256, remembered while its identity (device, inode, size, modification
-// and change times to the nanosecond) stays the same, as git's index does: a host rescans its
-// directory on every change in it, and bundles are megabytes. Replacing a file, or
-// writing to it, changes that identity; the load step hashes the bytes it copies
-// again anyway (Note [The load transaction], step 2).
+// time to the nanosecond) stays the same, as git's index does: a host rescans its
+// directory on every change in it, and bundles are megabytes. Writing the file or
+// replacing it changes that identity; the load step hashes the bytes it copies again
+// anyway (Note [The load transaction], step 2). The change time is left out: linking
+// or renaming a bundle into place changes it, not the bytes. A file modified in the
+// last seconds is not remembered (git's "racily clean" rule), so a rewrite within
+// the timestamps' granularity is still seen.
 QString sha256Of(const QString& path, QString* error) {
   struct Identity {
     dev_t dev;
     ino_t ino;
     off_t size;
-    int64_t mtime_ns, ctime_ns;
+    int64_t mtime_ns;
     bool operator==(const Identity&) const = default;
   };
   static std::mutex mu;
   static std::map<QString, std::pair<Identity, QString>> known;
   struct stat st {};
   if (::stat(QFile::encodeName(path).constData(), &st) != 0) return hashFile(path, error);
-  auto ns = [](const timespec& t) { return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; };
-  const Identity id{st.st_dev, st.st_ino, st.st_size, ns(st.st_mtim), ns(st.st_ctim)};
+  const Identity id{st.st_dev, st.st_ino, st.st_size, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec};
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = known.find(path);
     if (it != known.end() && it->second.first == id) return it->second.second;
   }
   const QString sha = hashFile(path, error);
-  // A file changed within the last seconds may change again within its timestamps'
-  // granularity: not remembered (git's "racily clean" rule).
-  const bool settled = ::time(nullptr) - std::max(st.st_mtim.tv_sec, st.st_ctim.tv_sec) > 2;
+  const bool settled = ::time(nullptr) - st.st_mtim.tv_sec > 2;
   if (!sha.isEmpty() && settled) {
     std::lock_guard<std::mutex> lock(mu);
     if (known.size() >= 4096) known.clear();  // bounded: paths come and go
@@ -313,7 +312,6 @@ PluginHost::PluginHost(QString plugin_dir, db::Store* store, QObject* parent)
 }
 
 PluginHost::~PluginHost() {
-  if (std::exchange(detached_, false)) attach_thread();
   store_ = nullptr;  // the store keeps what was loaded: this is a shutdown, not a removal
   // Newest first: dependents were loaded after what they depend on.
   while (!loaded_.empty()) {
@@ -763,19 +761,6 @@ void PluginHost::serve(const QString& host_id, int poll_ms) {
   if (store_ != nullptr) store_->registerHost(host_id.toStdString(), QCoreApplication::applicationPid());
   sync();
   QDir().mkpath(dir_);
-  // While its event loop waits, the host's thread is detached (Note [Biased reference
-  // counts] in strata/intrusive_ptr.h): tensors it made that other threads drop are
-  // freed when they drop them, not when the host next makes one. Qt may signal awake
-  // only after it ran the timers, so the host's own slots attach for their work
-  // (Working).
-  if (QAbstractEventDispatcher* events = QAbstractEventDispatcher::instance()) {
-    connect(events, &QAbstractEventDispatcher::aboutToBlock, this, [this] {
-      if (!std::exchange(detached_, true)) detach_thread();
-    });
-    connect(events, &QAbstractEventDispatcher::awake, this, [this] {
-      if (std::exchange(detached_, false)) attach_thread();
-    });
-  }
   // Made here, not with the host: only a serving host watches (and needs an event loop).
   watcher_ = std::make_unique<QFileSystemWatcher>();
   watcher_->addPath(dir_);
@@ -785,7 +770,6 @@ void PluginHost::serve(const QString& host_id, int poll_ms) {
   connect(watcher_.get(), &QFileSystemWatcher::directoryChanged, this, [this] { rescan_timer_.start(); });
   connect(watcher_.get(), &QFileSystemWatcher::fileChanged, this, [this] { rescan_timer_.start(); });
   connect(&rescan_timer_, &QTimer::timeout, this, [this] {
-    Working working(this);
     const QStringList what = rescan();
     for (const auto& w : what) qCInfo(lcHost).noquote() << w;
     // Files are watched too, so one replaced in place is seen.
@@ -807,8 +791,11 @@ void PluginHost::serve(const QString& host_id, int poll_ms) {
 }
 
 void PluginHost::poll() {
+  // Tensors this thread made that others dropped are freed here, within a poll of
+  // their drop, though the host may make none for hours (Note [Biased reference
+  // counts] in strata/intrusive_ptr.h). One relaxed load when there are none.
+  release_queued_references();
   if (store_ == nullptr) return;
-  Working working(this);
   try {
     const int64_t v = store_->dataVersion();
     if (v == data_version_) return;

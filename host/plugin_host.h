@@ -170,19 +170,6 @@ class PluginHost : public QObject {
   std::map<QString, std::unique_ptr<QPluginLoader>> libs_;  // by sha256; never unloaded
   std::unique_ptr<QFileSystemWatcher> watcher_;  // serve() only
   QTimer poll_timer_, heartbeat_timer_, rescan_timer_;
-  bool detached_ = false;  // serve(): the thread waits detached (Note [Biased reference counts])
-  // The host's own work, attached while serve() has the thread detached.
-  struct Working {
-    explicit Working(const PluginHost* h) : detached(h->detached_) {
-      if (detached) attach_thread();
-    }
-    Working(const Working&) = delete;
-    Working& operator=(const Working&) = delete;
-    ~Working() {
-      if (detached) detach_thread();
-    }
-    bool detached;
-  };
   QString host_id_;
   int64_t data_version_ = -1;
   int64_t last_applied_ = 0;

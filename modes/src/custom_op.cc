@@ -39,6 +39,12 @@ std::vector<DispatchKey> customOpKeys(std::string_view name, const std::vector<s
   return keys;
 }
 
+void refusedAtLoad(const std::string& name) {
+  STRATA_FAIL(NotImplemented, "custom_op(", name, ") was made by a static initializer while a host loaded its "
+              "bundle, so its definition was refused and the bundle rejected; make it in registerAll, or keep it "
+              "out of namespace scope");
+}
+
 std::unique_ptr<Library> defineCustomOp(std::string_view name, const FunctionSchema& inferred,
                                         const std::vector<std::string>& arg_names, const MutatesArgs& mutates_args,
                                         std::string_view schema_text, const std::vector<Tag>& tags,

@@ -64,11 +64,19 @@ int64_t explicitMerge(const intrusive_ptr_target* p, int64_t extra) {
   return count;
 }
 
-void mergeAll(std::vector<const intrusive_ptr_target*>& objects) {
+// Merges queued objects, moving those with no owner left to `dead` (not destroyed:
+// the caller decides when destructors may run).
+void foldQueued(std::vector<const intrusive_ptr_target*>& objects, std::vector<const intrusive_ptr_target*>& dead) {
   for (const intrusive_ptr_target* p : objects) {
-    if (explicitMerge(p, -1) == 0) A::destroy(p);  // -1: the queue's reference
+    if (explicitMerge(p, -1) == 0) dead.push_back(p);  // -1: the queue's reference
   }
   objects.clear();
+}
+
+void mergeAll(std::vector<const intrusive_ptr_target*>& objects) {
+  std::vector<const intrusive_ptr_target*> dead;
+  foldQueued(objects, dead);
+  for (const intrusive_ptr_target* p : dead) A::destroy(p);
 }
 
 // This thread's record once registered; whether it has exited (its ThreadExit ran).
@@ -152,10 +160,7 @@ void queueToOwner(const intrusive_ptr_target* p) {
     // waits on their destructors, which may take locks it holds.
     std::vector<const intrusive_ptr_target*> dead;
     for (;;) {
-      for (const intrusive_ptr_target* q : queued) {
-        if (explicitMerge(q, -1) == 0) dead.push_back(q);  // -1: the queue's reference
-      }
-      queued.clear();
+      foldQueued(queued, dead);
       // Drops that found kMerging queued meanwhile (under the lock): take them too,
       // or hand the owner back as detached, under the lock, so none is left behind.
       lock.lock();

@@ -15,6 +15,7 @@
 #include "strata/modes/fake.h"
 #include "strata/modes/vmap.h"
 #include "strata/ops.h"
+#include "strata/plugin.h"
 #include "strata/tensor.h"
 
 namespace strata {
@@ -161,6 +162,21 @@ TEST(CustomOp, EverythingGoesWithTheDef) {
     EXPECT_TRUE(Dispatcher::singleton().findOp(parseOperatorName("cop_raii::f")).has_value());
   }
   EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("cop_raii::f")).has_value());
+}
+
+// Note [Static registrations in bundles]: custom_op at namespace scope in a bundle
+// runs while the host captures. It must not throw (that would end the process): its
+// def is refused and recorded, and calling it says why.
+TEST(CustomOp, MadeWhileAHostLoadsABundleIsRefusedWithoutThrowing) {
+  StaticRegistrations got;
+  CaptureStaticRegistrations capture(got);
+  auto op = custom_op("cop_captured::f", [](const Tensor& x) { return x.clone(); }, {"x"}, {});
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("cop_captured::f")).has_value());
+  ASSERT_FALSE(got.refused.empty());
+  EXPECT_THAT(got.refused.front(), HasSubstr("cop_captured"));
+  EXPECT_THAT(errorOf([&] { op(ops::ones({2})); }),
+              AllOf(HasSubstr("custom_op(cop_captured::f) was made by a static initializer"),
+                    HasSubstr("its definition was refused")));
 }
 
 }  // namespace

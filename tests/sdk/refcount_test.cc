@@ -276,65 +276,10 @@ TEST_F(RefcountTest, AnAttachedIdleOwnerFreesWhatOthersDroppedWhenItNextMakesAnO
   EXPECT_EQ(g_destroyed.load(), 2);
 }
 
-// Owners detach and attach over and over while other threads copy and drop their
-// objects: every object still dies exactly once, and never while a handle lives.
-TEST(RefcountConcurrencyTest, OwnersDetachingAndAttachingWhileOthersDropFreeEachObjectOnce) {
-  g_made = 0;
-  g_destroyed = 0;
-  constexpr int kThreads = 4;
-  constexpr int kRounds = 20000;
-  std::mutex mu;
-  std::deque<Ptr> pool;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937 rng(t + 100);
-      std::vector<Ptr> mine;
-      for (int i = 0; i < kRounds; ++i) {
-        switch (rng() % 5) {
-          case 0: mine.push_back(make_intrusive<Counted>(i)); break;
-          case 1:
-            if (!mine.empty()) {
-              std::lock_guard<std::mutex> lock(mu);
-              pool.push_back(mine.back());
-              if (rng() % 2) mine.pop_back();
-            }
-            break;
-          case 2: {
-            std::lock_guard<std::mutex> lock(mu);
-            if (!pool.empty()) {
-              mine.push_back(std::move(pool.front()));
-              pool.pop_front();
-            }
-            break;
-          }
-          case 3: {
-            // Detached, it still copies and drops what it holds (the shared path).
-            DetachedScope detached;
-            if (!mine.empty()) {
-              Ptr copy = mine.front();
-              EXPECT_GE(copy->value, 0);
-              if (rng() % 2) mine.erase(mine.begin());
-            }
-            Ptr made_detached = make_intrusive<Counted>(i);
-            if (rng() % 2) mine.push_back(std::move(made_detached));
-            break;
-          }
-          default:
-            if (!mine.empty()) mine.erase(mine.begin() + static_cast<long>(rng() % mine.size()));
-        }
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  pool.clear();
-  release_queued_references();
-  EXPECT_EQ(g_destroyed.load(), g_made.load());
-}
-
 // Many threads pass handles to each other through a shared pool, copying and
-// dropping at random. Every object dies exactly once, after its last handle.
-TEST(RefcountConcurrencyTest, HandlesPassedBetweenThreadsAreFreedExactlyOnce) {
+// dropping at random (and, when `detaching`, also detaching now and then to copy,
+// drop and make objects). Every object dies exactly once, after its last handle.
+void exchangeHandlesAtRandom(bool detaching) {
   g_made = 0;
   g_destroyed = 0;
   constexpr int kThreads = 4;
@@ -344,10 +289,10 @@ TEST(RefcountConcurrencyTest, HandlesPassedBetweenThreadsAreFreedExactlyOnce) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      std::mt19937 rng(t);
+      std::mt19937 rng(detaching ? t + 100 : t);
       std::vector<Ptr> mine;
       for (int i = 0; i < kRounds; ++i) {
-        switch (rng() % 4) {
+        switch (rng() % (detaching ? 5 : 4)) {
           case 0: mine.push_back(make_intrusive<Counted>(i)); break;
           case 1:
             if (!mine.empty()) {
@@ -364,6 +309,18 @@ TEST(RefcountConcurrencyTest, HandlesPassedBetweenThreadsAreFreedExactlyOnce) {
             }
             break;
           }
+          case 4: {
+            // Detached, it still copies and drops what it holds (the shared path).
+            DetachedScope detached;
+            if (!mine.empty()) {
+              Ptr copy = mine.front();
+              EXPECT_GE(copy->value, 0);
+              if (rng() % 2) mine.erase(mine.begin());
+            }
+            Ptr made_detached = make_intrusive<Counted>(i);
+            if (rng() % 2) mine.push_back(std::move(made_detached));
+            break;
+          }
           default:
             if (!mine.empty()) {
               EXPECT_GE(mine.back()->value, 0);
@@ -377,6 +334,12 @@ TEST(RefcountConcurrencyTest, HandlesPassedBetweenThreadsAreFreedExactlyOnce) {
   pool.clear();
   release_queued_references();
   EXPECT_EQ(g_destroyed.load(), g_made.load());
+}
+
+TEST(RefcountConcurrencyTest, HandlesPassedBetweenThreadsAreFreedExactlyOnce) { exchangeHandlesAtRandom(false); }
+
+TEST(RefcountConcurrencyTest, OwnersDetachingAndAttachingWhileOthersDropFreeEachObjectOnce) {
+  exchangeHandlesAtRandom(true);
 }
 
 // Tensors are such objects: a view made on another thread shares the storage, and

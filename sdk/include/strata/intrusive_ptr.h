@@ -42,7 +42,8 @@
 //     takes the shared (atomic) path and never races the mergers on local_.
 // So memory dropped elsewhere is held only while its owner is attached and runs
 // without creating objects; a thread that blocks for long (an event loop's wait, a
-// condition variable) should wait detached. The host's event loop does.
+// condition variable) should wait detached. A serving host instead releases its
+// queue at each poll of the store (every 50 ms).
 #pragma once
 
 #include <atomic>

@@ -134,6 +134,12 @@ class STRATA_MODES_API CustomOpDef {
   friend class TypedCustomOpDef;
 };
 
+namespace detail {
+// Throws: custom_op `name` was made by a static initializer while a host loaded its
+// bundle, so its definition was refused (Note [Static registrations in bundles]).
+[[noreturn]] STRATA_MODES_API void refusedAtLoad(const std::string& name);
+}  // namespace detail
+
 // What custom_op returns: a CustomOpDef that is also callable with fn's signature.
 template <typename Sig>
 class TypedCustomOpDef;
@@ -143,18 +149,18 @@ class TypedCustomOpDef<Return(Args...)> final : public CustomOpDef {
   TypedCustomOpDef(std::string name, std::unique_ptr<Library> lib) : CustomOpDef(std::move(name), std::move(lib)) {
     // In a bundle's static initializer the def was refused (Note [Static registrations
     // in bundles] in strata/plugin.h): the host rejects the bundle, and nothing here
-    // may throw meanwhile, or the process ends. The handle is looked up on first use.
+    // may throw meanwhile, or the process ends. Such an op has no handle.
     if (!strata::detail::capturingStaticRegistrations()) typed_.emplace(op().template typed<Return(Args...)>());
   }
   // A dispatcher call of the op (every layer sees it).
   Return operator()(Args... args) const { return typed().call(std::forward<Args>(args)...); }
   const TypedOperatorHandle<Return(Args...)>& typed() const {
-    if (__builtin_expect(!typed_.has_value(), 0)) typed_.emplace(op().template typed<Return(Args...)>());
+    if (__builtin_expect(!typed_.has_value(), 0)) detail::refusedAtLoad(name());
     return *typed_;
   }
 
  private:
-  mutable std::optional<TypedOperatorHandle<Return(Args...)>> typed_;
+  std::optional<TypedOperatorHandle<Return(Args...)>> typed_;
 };
 
 namespace detail {
