@@ -795,6 +795,9 @@ void PluginHost::poll() {
   // their drop, though the host may make none for hours (Note [Biased reference
   // counts] in strata/intrusive_ptr.h). One relaxed load when there are none.
   release_queued_references();
+  // Kernels retired by a removal while a call was inside them are freed once every
+  // such call has left (Note [Grace periods]); removals try at once, the poll retries.
+  strata::Dispatcher::singleton().reclaimRetiredKernels();
   if (store_ == nullptr) return;
   try {
     const int64_t v = store_->dataVersion();

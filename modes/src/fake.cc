@@ -246,7 +246,7 @@ Stack FakeTensorMode::dispatch(const OperatorHandle& op, const TensorTypes& /*ty
   const Device out_device = device_arg ? *device_arg : common ? *common : any_device ? *any_device : kCPU;
 
   // The kernel the decision above was made on is the one that runs, even if another
-  // thread removes it meanwhile (it stays alive until reclaimRetiredKernels): a
+  // thread removes it meanwhile (it stays alive until this call ends: Note [Grace periods]): a
   // redispatch would read the table again and could find it gone.
   const KernelFunction& kernel = *slot.kernel;
   const DispatchKeySet meta(DispatchKey::Meta);

@@ -551,6 +551,7 @@ void register_sample_inputs(std::string_view op, SampleInputsFn samples, Library
 }
 
 std::optional<std::vector<SampleInput>> sample_inputs(const OperatorHandle& op, std::string_view device_type) {
+  const CallScope keep;  // the rule stays alive while it runs, even if removed meanwhile
   const void* p = op.findRule(kSampleInputs, typeid(SampleInputsRule));
   if (p == nullptr) return std::nullopt;
   return (*static_cast<const SampleInputsFn*>(p))(device_type);

@@ -61,6 +61,7 @@
 #include <typeinfo>
 #include <vector>
 
+#include "strata/call_section.h"
 #include "strata/dispatch_key.h"
 #include "strata/error.h"
 #include "strata/export.h"
@@ -203,14 +204,15 @@ class STRATA_API OperatorHandle {
   TypedOperatorHandle<Sig> typed() const;
 
   // The payload of the rule (kind, target) for this operator, or null. Lock-free; the
-  // payload stays alive until Dispatcher::reclaimRetiredKernels() after its removal.
-  // See Note [Operator rules].
+  // payload stays alive while this thread is inside a call or holds a CallScope
+  // (Note [Grace periods]), also when the rule is removed meanwhile. See Note
+  // [Operator rules].
   const void* findRule(std::string_view kind, const std::type_info& target) const;
 
   // What the table slot of runtime key k holds now: its source ("kernel", "default
   // kernel", "composite implicit kernel", "autograd kernel", "backend fallback",
   // "fallthrough", "missing"), the key the kernel was registered at, and the kernel
-  // (null when missing; valid until Dispatcher::reclaimRetiredKernels()). Takes the
+  // (null when missing; valid as findRule's payload is). Takes the
   // dispatcher's lock: for layers deciding how to run an op, not for the call path.
   struct SlotSource {
     const char* source = "missing";
@@ -221,7 +223,8 @@ class STRATA_API OperatorHandle {
 
   // The operator's non-fallthrough keys.
   DispatchKeySet nonFallthroughKeys() const { return core_->mask(); }
-  // The kernel a key set selects (the slot of its highest key after masking).
+  // The kernel a key set selects (the slot of its highest key after masking); valid
+  // as findRule's payload is.
   const KernelFunction& lookup(DispatchKeySet ks) const { return core_->lookup(ks & core_->mask()); }
 
   bool operator==(const OperatorHandle& o) const { return entry_ == o.entry_; }
@@ -245,6 +248,7 @@ class TypedOperatorHandle<Return(Args...)> final : public OperatorHandle {
   // Dispatches on the arguments' keys and the TLS sets. See Note [Computing the key
   // set of a call]. No lock, no allocation (for an unboxed kernel).
   __attribute__((always_inline)) Return call(Args... args) const {
+    const detail::CallSection section;  // Note [Grace periods]
     const DispatchKeySet ks = detail::computeCallKeys(detail::argumentKeys(args...), core_->mask());
     const KernelFunction& kernel = core_->lookup(ks);
     if (__builtin_expect(detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0, 0)) {
@@ -254,6 +258,7 @@ class TypedOperatorHandle<Return(Args...)> final : public OperatorHandle {
   }
   // Calls the kernel for ks. See Note [Redispatch masks].
   __attribute__((always_inline)) Return redispatch(DispatchKeySet ks, Args... args) const {
+    const detail::CallSection section;
     ks = ks & core_->mask();
     const KernelFunction& kernel = core_->lookup(ks);
     if (__builtin_expect(detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0, 0)) {
@@ -496,9 +501,13 @@ class STRATA_API Dispatcher {
   std::string dump(const OperatorName& op);
   KernelHandle getKernel(const OperatorName& op, DispatchKey key);
 
-  // Frees the kernels of deregistered registrations. Call only when no call can
-  // still be running one of them (see Note [Publishing dispatch table slots]).
+  // Frees the deregistered kernels and removed rules whose grace period has ended:
+  // every thread that was inside a call when they were unpublished has left it
+  // (Note [Grace periods]). Never waits; safe at any time. Removals call it on their
+  // own, and a serving host at each poll; call it to free sooner. Returns how many
+  // were freed. When no other thread is inside a call, that is all of them.
   size_t reclaimRetiredKernels();
+  // Retired and not yet freed.
   size_t numRetiredKernels();
 
   Dispatcher(const Dispatcher&) = delete;

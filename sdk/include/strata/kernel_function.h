@@ -288,8 +288,10 @@ class STRATA_API KernelFunction {
   // The unboxed calling convention. Return(Args...) must be the kernel's own
   // signature for an unboxed kernel (the dispatcher checks it when a typed handle
   // is made); a boxed kernel is reached through a stack.
+  // Inlined into every call site, so an unboxed kernel is one indirect call away; the
+  // boxing detour stays out of line.
   template <typename Return, typename... Args>
-  Return call(const OperatorHandle& op, DispatchKeySet ks, Args... args) const {
+  __attribute__((always_inline)) Return call(const OperatorHandle& op, DispatchKeySet ks, Args... args) const {
     if (__builtin_expect(unboxed_ != nullptr, 1)) {
       using Fn = Return (*)(OperatorKernel*, DispatchKeySet, Args...);
       return reinterpret_cast<Fn>(unboxed_)(functor_.get(), ks, std::forward<Args>(args)...);
@@ -301,7 +303,7 @@ class STRATA_API KernelFunction {
   using AnyFn = void (*)();
 
   template <typename Return, typename... Args>
-  Return callThroughStack(const OperatorHandle& op, DispatchKeySet ks, Args... args) const {
+  __attribute__((noinline)) Return callThroughStack(const OperatorHandle& op, DispatchKeySet ks, Args... args) const {
     // Sized once, then filled in place: one out-of-line call rather than one push each.
     Stack stack(sizeof...(Args));
     [&]<size_t... I>(std::index_sequence<I...>) {

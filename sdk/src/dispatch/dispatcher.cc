@@ -7,11 +7,13 @@
 #include <cstdlib>
 #include <iomanip>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <sstream>
 #include <set>
 #include <unordered_map>
 
+#include "dispatch/grace_period.h"
 #include "dispatch/operator_entry.h"
 #include "strata/library.h"
 
@@ -39,8 +41,8 @@ void registerBuiltins(std::vector<std::unique_ptr<Library>>& keep);  // builtin_
 // freed on removal: it moves to a retired list, freed by reclaimRetiredKernels()
 // when the owner knows no call is in flight (the host between requests, a test, a
 // benchmark between iterations). Records that were never published are freed at
-// once. The retired list is the price of lock-free calls without per-call
-// reference counting; an RCU grace period would bound it and is the next step.
+// once. Retired kernels and rule sets are freed after a grace period: see Note
+// [Grace periods] in grace_period.cc.
 
 namespace {
 
@@ -307,6 +309,17 @@ struct Dispatcher::Impl {
   std::map<std::string, std::string> def_libraries;              // ns -> where
   std::vector<std::shared_ptr<KernelRecord>> retired;
   std::vector<std::unique_ptr<const RuleSet>> retired_rules;  // Note [Operator rules]
+  // What waits for a grace period to end (Note [Grace periods]); one at a time,
+  // under reclaim_mu (taken before mu, never inside it).
+  struct Waiting {
+    detail::GracePeriod grace;
+    std::vector<std::shared_ptr<KernelRecord>> kernels;
+    std::vector<std::unique_ptr<const RuleSet>> rules;
+    size_t size() const { return kernels.size() + rules.size(); }
+  };
+  std::mutex reclaim_mu;
+  std::optional<Waiting> waiting;
+  std::atomic<size_t> num_waiting{0};
   uint64_t next_id = 1;
   std::vector<std::unique_ptr<Library>> builtins;  // owner "builtin"; see registerBuiltins
 
@@ -578,8 +591,19 @@ RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOp
   }
   const uint64_t id = impl_->next_id++;
   e.def = DefRecord{id, options.owner, options.debug};
-  e.info_versions.push_back(std::make_unique<OperatorInfo>(std::move(schema), tags, alias_analysis));
-  e.info.store(e.info_versions.back().get(), std::memory_order_release);
+  // Schemas read lock-free are kept for the life of the process (a caller may hold
+  // schema()'s reference); a def equal to an earlier one reuses it, so a bundle
+  // loaded again and again adds nothing.
+  const std::string text = schema.str();
+  const OperatorInfo* info = nullptr;
+  for (const auto& v : e.info_versions) {
+    if (v->op_tags == tags && v->alias_analysis == alias_analysis && v->schema.str() == text) info = v.get();
+  }
+  if (info == nullptr) {
+    e.info_versions.push_back(std::make_unique<OperatorInfo>(std::move(schema), tags, alias_analysis));
+    info = e.info_versions.back().get();
+  }
+  e.info.store(info, std::memory_order_release);
   impl_->recompute(e);
   OperatorEntry* ep = &e;
   return RegistrationHandleRAII([this, ep, id] {
@@ -631,7 +655,7 @@ RegistrationHandleRAII Dispatcher::registerImpl(const OperatorName& op, Dispatch
   OperatorEntry* ep = &e;
   const uint64_t id = record->id;
   return RegistrationHandleRAII([this, ep, key, id] {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    std::unique_lock<std::mutex> lock(impl_->mu);
     auto it = ep->kernels.find(key);
     if (it == ep->kernels.end()) return;
     auto& l = it->second;
@@ -642,9 +666,11 @@ RegistrationHandleRAII Dispatcher::registerImpl(const OperatorName& op, Dispatch
         if (l.empty()) ep->kernels.erase(it);
         impl_->recompute(*ep);
         impl_->retire(std::move(gone));
-        return;
+        break;
       }
     }
+    lock.unlock();
+    reclaimRetiredKernels();
   });
 }
 
@@ -674,14 +700,17 @@ RegistrationHandleRAII Dispatcher::registerFallback(DispatchKey key, KernelFunct
   impl_->recomputeAll();
   const uint64_t id = record->id;
   return RegistrationHandleRAII([this, key, id] {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    auto& s = impl_->fallbacks[static_cast<size_t>(key)];
-    auto it = std::find_if(s.begin(), s.end(), [id](const auto& r) { return r->id == id; });
-    if (it == s.end()) return;
-    std::shared_ptr<KernelRecord> gone = std::move(*it);
-    s.erase(it);
-    impl_->recomputeAll();
-    impl_->retire(std::move(gone));
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      auto& s = impl_->fallbacks[static_cast<size_t>(key)];
+      auto it = std::find_if(s.begin(), s.end(), [id](const auto& r) { return r->id == id; });
+      if (it == s.end()) return;
+      std::shared_ptr<KernelRecord> gone = std::move(*it);
+      s.erase(it);
+      impl_->recomputeAll();
+      impl_->retire(std::move(gone));
+    }
+    reclaimRetiredKernels();
   });
 }
 
@@ -717,14 +746,18 @@ RegistrationHandleRAII Dispatcher::registerRule(const OperatorName& op, std::str
   impl_->publishRules(*e, std::move(rules));
   const uint64_t id = record->id;
   return RegistrationHandleRAII([this, e, id] {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    const RuleSet* now = e->rules_owned.get();
-    if (now == nullptr) return;
-    std::vector<std::shared_ptr<const RuleRecord>> rest;
-    for (const auto& r : now->rules) {
-      if (r->id != id) rest.push_back(r);
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      const RuleSet* now = e->rules_owned.get();
+      if (now == nullptr) return;
+      std::vector<std::shared_ptr<const RuleRecord>> rest;
+      for (const auto& r : now->rules) {
+        if (r->id != id) rest.push_back(r);
+      }
+      if (rest.size() == now->rules.size()) return;
+      impl_->publishRules(*e, std::move(rest));
     }
-    if (rest.size() != now->rules.size()) impl_->publishRules(*e, std::move(rest));
+    reclaimRetiredKernels();
   });
 }
 
@@ -983,33 +1016,66 @@ RegistrationBatch::RegistrationBatch() : d_(&Dispatcher::singleton()) {
 
 RegistrationBatch::~RegistrationBatch() {
   auto& impl = *d_->impl_;
-  std::lock_guard<std::mutex> lock(impl.mu);
-  if (--impl.batch_depth > 0) return;
-  if (impl.batch_all) {
-    for (auto& [_, e] : impl.ops) impl.publish(*e);
-  } else {
-    for (OperatorEntry* e : impl.batch_dirty) impl.publish(*e);
+  {
+    std::lock_guard<std::mutex> lock(impl.mu);
+    if (--impl.batch_depth > 0) return;
+    if (impl.batch_all) {
+      for (auto& [_, e] : impl.ops) impl.publish(*e);
+    } else {
+      for (OperatorEntry* e : impl.batch_dirty) impl.publish(*e);
+    }
+    impl.batch_dirty.clear();
+    impl.batch_all = false;
+    impl.batch_thread = {};
+    if (impl.retired.empty() && impl.retired_rules.empty()) return;
   }
-  impl.batch_dirty.clear();
-  impl.batch_all = false;
-  impl.batch_thread = {};
+  d_->reclaimRetiredKernels();
 }
 
 size_t Dispatcher::reclaimRetiredKernels() {
-  std::vector<std::shared_ptr<KernelRecord>> gone;
-  std::vector<std::unique_ptr<const RuleSet>> gone_rules;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    gone.swap(impl_->retired);
-    gone_rules.swap(impl_->retired_rules);
+  // Note [Grace periods]. Each round frees the waiting batch if its grace period has
+  // ended, then starts one for what was retired since; a second round catches the
+  // common case where no thread is inside a call and the new one ends at once.
+  Impl& impl = *impl_;
+  size_t freed = 0;
+  for (int round = 0; round < 2; ++round) {
+    std::optional<Impl::Waiting> done;  // destroyed outside the locks: functor destructors run user code
+    {
+      std::lock_guard<std::mutex> reclaim(impl.reclaim_mu);
+      if (impl.waiting) {
+        if (!impl.waiting->grace.elapsed(/*spins=*/256)) return freed;
+        done = std::move(impl.waiting);
+        impl.waiting.reset();
+      }
+      Impl::Waiting next;
+      {
+        std::lock_guard<std::mutex> lock(impl.mu);
+        // During a batch a retired kernel may still be in a table (it is unpublished
+        // when the batch ends), so no grace period may cover it yet.
+        if (impl.batch_depth == 0) {
+          next.kernels.swap(impl.retired);
+          next.rules.swap(impl.retired_rules);
+        }
+      }
+      if (next.size() != 0) {
+        next.grace = detail::GracePeriod::start();
+        impl.waiting = std::move(next);
+      }
+      impl.num_waiting.store(impl.waiting ? impl.waiting->size() : 0, std::memory_order_relaxed);
+    }
+    if (!done) {
+      if (!impl.waiting) return freed;
+      continue;
+    }
+    freed += done->size();
+    done.reset();
   }
-  // Freed here, outside the lock (functor destructors run user code).
-  return gone.size() + gone_rules.size();
+  return freed;
 }
 
 size_t Dispatcher::numRetiredKernels() {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->retired.size() + impl_->retired_rules.size();
+  return impl_->retired.size() + impl_->retired_rules.size() + impl_->num_waiting.load(std::memory_order_relaxed);
 }
 
 // ---------------------------------------------------------------------------
@@ -1046,6 +1112,7 @@ AliasAnalysisKind OperatorHandle::aliasAnalysis() const {
 }
 
 void OperatorHandle::callBoxed(Stack& stack) const {
+  const detail::CallSection section;  // Note [Grace periods]
   const OperatorInfo* info = entry_->info.load(std::memory_order_acquire);
   if (__builtin_expect(info == nullptr, 0)) {
     STRATA_FAIL(NotImplemented, "cannot call ", entry_->qualified, " boxed: it has no schema (no def(), or it was removed)");
@@ -1062,6 +1129,7 @@ void OperatorHandle::callBoxed(Stack& stack) const {
 }
 
 void OperatorHandle::redispatchBoxed(DispatchKeySet ks, Stack& stack) const {
+  const detail::CallSection section;
   ks = ks & core_->mask();
   const KernelFunction& kernel = core_->lookup(ks);
   if (__builtin_expect(detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0, 0)) {

@@ -1,0 +1,187 @@
+// Retired kernels are freed after a grace period (Note [Grace periods]): never while
+// a call may still be inside them, and without anyone calling reclaim by hand.
+// Run under ThreadSanitizer by the TSan job (ctest -L concurrency in build-tsan).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "strata/strata.h"
+
+namespace strata {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A kernel whose captures tell when they are freed and which can hold a call inside
+// it until released.
+struct Gate {
+  std::atomic<bool> inside{false};
+  std::atomic<bool> open{false};
+};
+
+void waitFor(const std::atomic<bool>& flag) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!flag.load()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "timed out";
+    std::this_thread::sleep_for(100us);
+  }
+}
+
+class GracePeriods : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GracePeriods, AKernelRemovedWhileACallIsInsideItIsFreedOnlyWhenTheCallLeaves) {
+  const bool boxed = GetParam();
+  Library def(Library::DEF, boxed ? "gp_boxed" : "gp_unboxed");
+  def.def("hold(Tensor x) -> int");
+  const std::string name = boxed ? "gp_boxed::hold" : "gp_unboxed::hold";
+  const OperatorHandle op = Dispatcher::singleton().findSchemaOrThrow(name);
+
+  auto gate = std::make_shared<Gate>();
+  auto sentinel = std::make_shared<int>(7);
+  std::weak_ptr<int> freed = sentinel;
+  auto impl = std::make_unique<Library>(Library::IMPL, boxed ? "gp_boxed" : "gp_unboxed", DispatchKey::CPU);
+  impl->impl("hold", [gate, sentinel](const Tensor&) {
+    gate->inside = true;
+    while (!gate->open.load()) std::this_thread::sleep_for(100us);
+    return int64_t{*sentinel};  // reads the captures after its registration is gone
+  });
+  sentinel.reset();
+
+  std::atomic<int64_t> result{0};
+  std::thread caller([&] {
+    const Tensor x = ones({1});
+    if (boxed) {
+      Stack s{x};
+      op.callBoxed(s);
+      result = s.at(0).toInt();
+    } else {
+      result = op.typed<int64_t(const Tensor&)>().call(x);
+    }
+  });
+  waitFor(gate->inside);
+
+  impl.reset();  // deregistered while the call is inside the kernel; tries to reclaim
+  for (int i = 0; i < 20; ++i) {
+    Dispatcher::singleton().reclaimRetiredKernels();
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_FALSE(freed.expired()) << "freed while a call was inside it";
+  EXPECT_GE(Dispatcher::singleton().numRetiredKernels(), 1u);
+
+  gate->open = true;
+  caller.join();
+  EXPECT_EQ(result.load(), 7);
+  EXPECT_GE(Dispatcher::singleton().reclaimRetiredKernels(), 1u);
+  EXPECT_TRUE(freed.expired()) << "still kept after the call left";
+  EXPECT_EQ(Dispatcher::singleton().numRetiredKernels(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Calls, GracePeriods, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Boxed" : "Unboxed"; });
+
+TEST(GracePeriod, ACallScopeKeepsARulePayloadAliveUntilItEnds) {
+  Library def(Library::DEF, "gp_scope");
+  def.def("f(Tensor x) -> Tensor");
+  const OperatorHandle op = Dispatcher::singleton().findSchemaOrThrow("gp_scope::f");
+  struct Target {};
+  auto payload = std::make_shared<const int>(42);
+  std::weak_ptr<const int> freed = payload;
+  auto rule = std::make_unique<RegistrationHandleRAII>(Dispatcher::singleton().registerRule(
+      op.operator_name(), "test_rule", typeid(Target), std::shared_ptr<const void>(payload), {"test", "here"}));
+  payload.reset();
+
+  std::atomic<bool> read{false}, done{false};
+  std::atomic<int> seen{0};
+  std::thread reader([&] {
+    const CallScope keep;
+    const auto* p = static_cast<const int*>(op.findRule("test_rule", typeid(Target)));
+    read = true;
+    waitFor(done);
+    seen = *p;
+  });
+  waitFor(read);
+  rule.reset();  // removed while the reader holds its payload
+  Dispatcher::singleton().reclaimRetiredKernels();
+  EXPECT_FALSE(freed.expired());
+  done = true;
+  reader.join();
+  EXPECT_EQ(seen.load(), 42);
+  Dispatcher::singleton().reclaimRetiredKernels();
+  EXPECT_TRUE(freed.expired());
+}
+
+TEST(GracePeriod, AThreadThatCalledAndExitedHoldsNothingBack) {
+  Library def(Library::DEF, "gp_exit");
+  def.def("f(Tensor x) -> int");
+  auto impl = std::make_unique<Library>(Library::IMPL, "gp_exit", DispatchKey::CPU);
+  auto sentinel = std::make_shared<int>(1);
+  std::weak_ptr<int> freed = sentinel;
+  impl->impl("f", [sentinel](const Tensor&) { return int64_t{*sentinel}; });
+  sentinel.reset();
+  const auto f = Dispatcher::singleton().findSchemaOrThrow("gp_exit::f").typed<int64_t(const Tensor&)>();
+  for (int i = 0; i < 8; ++i) std::thread([&] { EXPECT_EQ(f.call(ones({1})), 1); }).join();
+  impl.reset();  // the removal frees it at once: nobody is inside a call
+  EXPECT_TRUE(freed.expired());
+  EXPECT_EQ(Dispatcher::singleton().numRetiredKernels(), 0u);
+}
+
+// Memory stays bounded with no explicit reclaim while a thread never stops calling:
+// the removals free what earlier removals retired, as the caller passes between calls.
+TEST(GracePeriod, RemovalsFreeWhatTheyRetireWhileAnotherThreadKeepsCalling) {
+  Library def(Library::DEF, "gp_loop");
+  def.def("f(Tensor x) -> int");
+  def.impl("f", [](const Tensor&) { return int64_t{0}; }, "default");
+  const auto f = Dispatcher::singleton().findSchemaOrThrow("gp_loop::f").typed<int64_t(const Tensor&)>();
+
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> calls{0};
+  std::atomic<int> bad{0};
+  std::thread caller([&] {
+    const Tensor x = ones({1});
+    while (!stop.load(std::memory_order_relaxed)) {
+      const int64_t r = f.call(x);
+      if (r != 0 && r != 1) bad.fetch_add(1);
+      calls.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  while (calls.load() < 100) std::this_thread::yield();
+
+  constexpr int kCycles = 5000;
+  std::atomic<int> live{0};
+  size_t most = 0;
+  for (int i = 0; i < kCycles; ++i) {
+    auto counted = std::shared_ptr<int>(new int(1), [&live](int* p) {
+      live.fetch_sub(1);
+      delete p;
+    });
+    live.fetch_add(1);
+    Library cpu(Library::IMPL, "gp_loop", DispatchKey::CPU);
+    cpu.impl("f", [counted](const Tensor&) { return int64_t{*counted}; });
+    counted.reset();
+    most = std::max(most, Dispatcher::singleton().numRetiredKernels());
+  }
+  // The caller is still calling: what is left is freed within a few attempts.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (live.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    Dispatcher::singleton().reclaimRetiredKernels();
+    std::this_thread::sleep_for(1ms);
+  }
+  const int left_while_calling = live.load();
+  stop = true;
+  caller.join();
+  std::printf("%d removals under a calling thread (%lld calls): at most %zu retired at once, %d left\n", kCycles,
+              static_cast<long long>(calls.load()), most, left_while_calling);
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(left_while_calling, 0);
+  EXPECT_LT(most, static_cast<size_t>(kCycles) / 2) << "removals did not free what they retired";
+  Dispatcher::singleton().reclaimRetiredKernels();
+  EXPECT_EQ(live.load(), 0);
+  EXPECT_EQ(Dispatcher::singleton().numRetiredKernels(), 0u);
+}
+
+}  // namespace
+}  // namespace strata
