@@ -24,7 +24,7 @@
 //   #include "mybundle.moc"
 //
 // bundle.json:
-//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 2, "minor": 0},
+//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 3, "minor": 0},
 //    "description": "...", "defines": ["mylib"], "implements": []}
 //
 // "defines": the namespaces whose DEF library the bundle holds; "implements": the
@@ -43,8 +43,10 @@
 #include "strata/library.h"
 
 // The SDK ABI: a bundle built against major M minor m loads in a host of major M
-// and minor >= m. The major changes when a change breaks built bundles.
-#define STRATA_SDK_ABI_MAJOR 2
+// and minor >= m. The major changes when a change breaks built bundles: 2, the
+// TensorImpl layout; 3, typed calls (inlined into the bundle) mark their thread
+// for grace periods (strata/call_section.h), which an older bundle's calls miss.
+#define STRATA_SDK_ABI_MAJOR 3
 #define STRATA_SDK_ABI_MINOR 0
 // The Qt plugin interface id of every Strata bundle.
 #define STRATA_BUNDLE_IID "org.strata.Bundle/1"
