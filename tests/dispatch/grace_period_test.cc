@@ -114,19 +114,81 @@ TEST(GracePeriod, ACallScopeKeepsARulePayloadAliveUntilItEnds) {
   EXPECT_TRUE(freed.expired());
 }
 
-TEST(GracePeriod, AThreadThatCalledAndExitedHoldsNothingBack) {
+// Calls from a thread_local's destructor, made while its thread exits.
+struct CallsAtExit {
+  const TypedOperatorHandle<int64_t(int64_t)>* f = nullptr;
+  ~CallsAtExit() {
+    if (f != nullptr) f->call(2);
+  }
+};
+thread_local CallsAtExit calls_at_exit;
+
+TEST(GracePeriod, ThreadsThatCalledAndExitedLeaveTheRegistryAndHoldNothingBack) {
   Library def(Library::DEF, "gp_exit");
-  def.def("f(Tensor x) -> int");
+  def.def("f(int x) -> int");
+  def.impl("f", [](int64_t x) { return x; }, "default");
   auto impl = std::make_unique<Library>(Library::IMPL, "gp_exit", DispatchKey::CPU);
+  def.def("g(Tensor x) -> int");
+  auto sentinel = std::make_shared<int>(1);
+  std::weak_ptr<int> freed = sentinel;
+  impl->impl("g", [sentinel](const Tensor&) { return int64_t{*sentinel}; });
+  sentinel.reset();
+  const auto f = Dispatcher::singleton().findSchemaOrThrow("gp_exit::f").typed<int64_t(int64_t)>();
+  const auto g = Dispatcher::singleton().findSchemaOrThrow("gp_exit::g").typed<int64_t(const Tensor&)>();
+  const size_t before = detail::registeredCallingThreads();
+  for (int i = 0; i < 8; ++i) std::thread([&] { EXPECT_EQ(g.call(ones({1})), 1); }).join();
+  // The thread_local is made before the thread's first call, so it is destroyed
+  // after anything that call set up; its call at exit must still be seen and undone.
+  for (int i = 0; i < 8; ++i) {
+    std::thread([&] {
+      calls_at_exit.f = &f;
+      EXPECT_EQ(f.call(1), 1);
+    }).join();
+  }
+  EXPECT_EQ(detail::registeredCallingThreads(), before);
+  impl.reset();  // the removal frees it at once: nobody is inside a call
+  EXPECT_TRUE(freed.expired());
+  EXPECT_EQ(Dispatcher::singleton().numRetiredKernels(), 0u);
+}
+
+// A thread that makes long calls back to back is almost never between calls; its
+// next call (a new generation) shows it left the one it was in.
+TEST(GracePeriod, AThreadMakingLongCallsBackToBackHoldsBackOnlyItsCurrentCall) {
+  Library def(Library::DEF, "gp_long");
+  def.def("slow(Tensor x) -> int");
+  def.def("f(Tensor x) -> int");
+  def.impl("slow", [](const Tensor&) {
+    std::this_thread::sleep_for(2ms);
+    return int64_t{0};
+  }, "default");
+  auto impl = std::make_unique<Library>(Library::IMPL, "gp_long", DispatchKey::CPU);
   auto sentinel = std::make_shared<int>(1);
   std::weak_ptr<int> freed = sentinel;
   impl->impl("f", [sentinel](const Tensor&) { return int64_t{*sentinel}; });
   sentinel.reset();
-  const auto f = Dispatcher::singleton().findSchemaOrThrow("gp_exit::f").typed<int64_t(const Tensor&)>();
-  for (int i = 0; i < 8; ++i) std::thread([&] { EXPECT_EQ(f.call(ones({1})), 1); }).join();
-  impl.reset();  // the removal frees it at once: nobody is inside a call
-  EXPECT_TRUE(freed.expired());
-  EXPECT_EQ(Dispatcher::singleton().numRetiredKernels(), 0u);
+  const auto slow = Dispatcher::singleton().findSchemaOrThrow("gp_long::slow").typed<int64_t(const Tensor&)>();
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> calls{0};
+  std::thread busy([&] {
+    const Tensor x = ones({1});
+    while (!stop.load()) {
+      slow.call(x);
+      calls.fetch_add(1);
+    }
+  });
+  while (calls.load() < 2) std::this_thread::sleep_for(100us);
+  impl.reset();  // the busy thread is inside a call: it waits
+  const int64_t at_removal = calls.load();
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!freed.expired() && std::chrono::steady_clock::now() < deadline) {
+    Dispatcher::singleton().reclaimRetiredKernels();
+    std::this_thread::sleep_for(1ms);
+  }
+  const int64_t calls_it_took = calls.load() - at_removal;
+  stop = true;
+  busy.join();
+  EXPECT_TRUE(freed.expired()) << "never freed while the thread kept calling";
+  EXPECT_LE(calls_it_took, 10) << "freed only after " << calls_it_took << " more calls";
 }
 
 // Memory stays bounded with no explicit reclaim while a thread never stops calling:

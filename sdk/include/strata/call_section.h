@@ -8,6 +8,7 @@
 // a call (OperatorHandle::lookup, findRule, slotSource) holds a strata::CallScope.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "strata/export.h"
@@ -15,34 +16,48 @@
 namespace strata {
 namespace detail {
 
-// Bit 63: the thread is in the registry the reclaimer reads; the low bits: how many
-// call sections it is inside. Zero until the thread's first call. As
-// tls_local_dispatch_key_set, initial-exec so plugins read it with one %fs load.
-inline constexpr uint64_t kCallingThreadRegistered = uint64_t{1} << 63;
-extern STRATA_API __thread uint64_t tls_call_depth __attribute__((tls_model("initial-exec")));
+// A thread's call word: the high bits are a generation, advanced by each outermost
+// call as it starts; the low bits count the call sections the thread is inside (0:
+// none). The reclaimer thus sees "left the call it was in" either as depth 0 or as
+// a new generation, however briefly the thread stays out (Note [Grace periods]).
+// Every access is the whole word: a narrower store followed by a wider load would
+// stall the next call's entry (no store-to-load forwarding). Zero until the
+// thread's first call (or once its generation wraps, 2^40 calls later: it then
+// registers again). As tls_local_dispatch_key_set, initial-exec so plugins read it
+// with one %fs load.
+extern STRATA_API __thread uint64_t tls_call_word __attribute__((tls_model("initial-exec")));
+// 24 bits of depth (a stack overflows long before), 40 of generation; both steps fit
+// an instruction's 32-bit immediate, so the entry needs no register for them.
+inline constexpr uint64_t kCallGeneration = uint64_t{1} << 24;
+inline constexpr uint64_t kCallDepthMask = kCallGeneration - 1;
 
-// Adds the calling thread to the registry; returns kCallingThreadRegistered.
-STRATA_API uint64_t registerCallingThread();
+// Adds the calling thread to the registry the reclaimer reads (allocating nothing),
+// and returns its fresh word: depth 0, generation 1.
+STRATA_API uint64_t registerCallingThread() noexcept;
 
 // One level of "this thread may hold a pointer the dispatcher retires". The entry
 // store is ordered before the table read by the compiler only: the reclaimer's
-// process-wide barrier orders it for the CPU. The exit store is a release, so what
-// the call read happens-before the reclaimer's acquire load that sees it leave.
+// process-wide barrier orders it for the CPU. Both stores are releases (plain
+// stores on x86), so what a call read happens-before the reclaimer's acquire load
+// that sees the thread leave.
 struct CallSection {
   __attribute__((always_inline)) CallSection() noexcept {
-    uint64_t w = tls_call_depth;
+    uint64_t w = tls_call_word;
     if (__builtin_expect(w == 0, 0)) w = registerCallingThread();
-    __atomic_store_n(&tls_call_depth, w + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&tls_call_word, (w & kCallDepthMask) == 0 ? w + kCallGeneration + 1 : w + 1, __ATOMIC_RELEASE);
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
   }
   __attribute__((always_inline)) ~CallSection() {
-    __atomic_store_n(&tls_call_depth, __atomic_load_n(&tls_call_depth, __ATOMIC_RELAXED) - 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&tls_call_word, tls_call_word - 1, __ATOMIC_RELEASE);
   }
   CallSection(const CallSection&) = delete;
   CallSection& operator=(const CallSection&) = delete;
 };
 
-inline bool insideCallSection() { return (tls_call_depth & ~kCallingThreadRegistered) != 0; }
+inline bool insideCallSection() { return (tls_call_word & kCallDepthMask) != 0; }
+
+// How many threads the registry holds (for tests).
+STRATA_API size_t registeredCallingThreads();
 
 }  // namespace detail
 

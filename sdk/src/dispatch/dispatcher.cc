@@ -1,6 +1,7 @@
 #include "strata/dispatcher.h"
 
 #include <cxxabi.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -38,11 +39,9 @@ void registerBuiltins(std::vector<std::unique_ptr<Library>>& keep);  // builtin_
 //
 // A call may still be running a kernel whose registration has just been removed, so
 // a removed registration's KernelFunction (and the functor state it owns) is not
-// freed on removal: it moves to a retired list, freed by reclaimRetiredKernels()
-// when the owner knows no call is in flight (the host between requests, a test, a
-// benchmark between iterations). Records that were never published are freed at
-// once. Retired kernels and rule sets are freed after a grace period: see Note
-// [Grace periods] in grace_period.cc.
+// freed on removal: it moves to a retired list, and the list (kernels and rule
+// sets) is freed after a grace period, outside every lock: see Note [Grace periods]
+// in grace_period.cc.
 
 namespace {
 
@@ -319,7 +318,10 @@ struct Dispatcher::Impl {
   };
   std::mutex reclaim_mu;
   std::optional<Waiting> waiting;
-  std::atomic<size_t> num_waiting{0};
+  static inline Impl* fork_impl = nullptr;  // the singleton's
+  static void forkPrepare();
+  static void forkParent();
+  static void forkChild();
   uint64_t next_id = 1;
   std::vector<std::unique_ptr<Library>> builtins;  // owner "builtin"; see registerBuiltins
 
@@ -405,7 +407,6 @@ struct Dispatcher::Impl {
         kf = &sharedKernels().fallthrough;
       } else if (st.record) {
         kf = &st.record->kernel;
-        st.record->published = true;
       }
       // Only runtime keys have bits; calls never carry the others.
       if (i != 0 && isRuntimeKey(k) && !fallthrough) mask |= uint64_t{1} << i;
@@ -425,8 +426,10 @@ struct Dispatcher::Impl {
 
   void retire(std::shared_ptr<KernelRecord> r) {
     r->removed.store(true, std::memory_order_release);
-    if (r->published) retired.push_back(std::move(r));
-    // else: no call can have reached it; freed with the last reference.
+    // Also one that was never in a table: freeing it here would run its functor's
+    // destructor under the lock, and user code that deregisters from there would
+    // deadlock. The reclaimer frees it outside.
+    retired.push_back(std::move(r));
   }
 
   // Publishes a new rule set for e (null when empty) and retires the old one.
@@ -502,7 +505,27 @@ void checkKernelAgainstSchema(const OperatorEntry& e, const FunctionSchema& sche
 
 }  // namespace
 
-Dispatcher::Dispatcher() : impl_(std::make_unique<Impl>()) {}
+Dispatcher::Dispatcher() : impl_(std::make_unique<Impl>()) {
+  // Note [Grace periods]: fork() finds the reclaimer's locks free in the child.
+  Impl::fork_impl = impl_.get();
+  pthread_atfork(&Impl::forkPrepare, &Impl::forkParent, &Impl::forkChild);
+}
+
+void Dispatcher::Impl::forkPrepare() {
+  fork_impl->reclaim_mu.lock();
+  fork_impl->mu.lock();
+  detail::registryForkPrepare();
+}
+void Dispatcher::Impl::forkParent() {
+  detail::registryForkParent();
+  fork_impl->mu.unlock();
+  fork_impl->reclaim_mu.unlock();
+}
+void Dispatcher::Impl::forkChild() {
+  detail::registryForkChild();
+  fork_impl->mu.unlock();
+  fork_impl->reclaim_mu.unlock();
+}
 Dispatcher::~Dispatcher() = default;
 
 Dispatcher& Dispatcher::singleton() {
@@ -597,7 +620,9 @@ RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOp
   const std::string text = schema.str();
   const OperatorInfo* info = nullptr;
   for (const auto& v : e.info_versions) {
-    if (v->op_tags == tags && v->alias_analysis == alias_analysis && v->schema.str() == text) info = v.get();
+    if (v->op_tags == tags && v->alias_analysis == alias_analysis && v->schema == schema && v->schema.str() == text) {
+      info = v.get();
+    }
   }
   if (info == nullptr) {
     e.info_versions.push_back(std::make_unique<OperatorInfo>(std::move(schema), tags, alias_analysis));
@@ -1040,13 +1065,16 @@ size_t Dispatcher::reclaimRetiredKernels() {
   size_t freed = 0;
   for (int round = 0; round < 2; ++round) {
     std::optional<Impl::Waiting> done;  // destroyed outside the locks: functor destructors run user code
-    {
+    bool started = false;
+    try {
       std::lock_guard<std::mutex> reclaim(impl.reclaim_mu);
       if (impl.waiting) {
         if (!impl.waiting->grace.elapsed(/*spins=*/256)) return freed;
         done = std::move(impl.waiting);
         impl.waiting.reset();
       }
+      detail::GracePeriod grace;
+      grace.reserve();  // the only step that can fail, before anything is taken
       Impl::Waiting next;
       {
         std::lock_guard<std::mutex> lock(impl.mu);
@@ -1058,24 +1086,27 @@ size_t Dispatcher::reclaimRetiredKernels() {
         }
       }
       if (next.size() != 0) {
-        next.grace = detail::GracePeriod::start();
+        grace.begin();
+        next.grace = std::move(grace);
         impl.waiting = std::move(next);
+        started = true;
       }
-      impl.num_waiting.store(impl.waiting ? impl.waiting->size() : 0, std::memory_order_relaxed);
+    } catch (const std::bad_alloc&) {
+      // Out of memory: what is retired stays so; the next removal or poll tries again.
     }
-    if (!done) {
-      if (!impl.waiting) return freed;
-      continue;
+    if (done) {
+      freed += done->size();
+      done.reset();
     }
-    freed += done->size();
-    done.reset();
+    if (!started) break;
   }
   return freed;
 }
 
 size_t Dispatcher::numRetiredKernels() {
+  std::lock_guard<std::mutex> reclaim(impl_->reclaim_mu);
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->retired.size() + impl_->retired_rules.size() + impl_->num_waiting.load(std::memory_order_relaxed);
+  return impl_->retired.size() + impl_->retired_rules.size() + (impl_->waiting ? impl_->waiting->size() : 0);
 }
 
 // ---------------------------------------------------------------------------

@@ -2,28 +2,39 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace strata::detail {
 
 class GracePeriod {
  public:
-  // Begins a grace period for everything unpublished before this call: one
-  // process-wide memory barrier, then a note of each thread inside a call section.
-  static GracePeriod start();
-  // True once each noted thread has been seen outside every call section, or has
-  // exited. Never blocks; re-reads a busy thread's depth up to `spins` times.
-  bool elapsed(int spins);
-  bool empty() const { return busy_.empty(); }
+  // Makes room to note the threads (throws std::bad_alloc); call before taking
+  // what the grace period will cover, so that begin() cannot fail.
+  void reserve();
+  // Begins the grace period for everything unpublished before this call: one
+  // process-wide memory barrier, then a note of each thread inside a call section
+  // and of its generation.
+  void begin() noexcept;
+  // True once each noted thread has been seen outside every call section, or in a
+  // later generation, or has exited. Never blocks; re-reads a busy thread's word up
+  // to `spins` times. Never true when this process has no process-wide barrier.
+  bool elapsed(int spins) noexcept;
 
  private:
-  std::vector<uint64_t> busy_;  // thread ids
+  std::vector<std::pair<uint64_t, uint64_t>> busy_;  // (thread id, generation)
+  bool barrier_ = false;
+  // More threads than reserve() made room for: wait until every thread is seen out.
+  bool every_thread_ = false;
 };
 
-// The process-wide barrier: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), or where
-// the kernel lacks it, an mprotect() that makes every CPU running this process
-// flush its TLB (and so order its memory accesses), as folly's
-// asymmetricHeavyBarrier does.
-void heavyBarrier();
+// The process-wide barrier; false when there is none (Note [Grace periods]).
+bool heavyBarrier();
+
+// fork(): the dispatcher's handlers call these inside its own, so that one order of
+// locks holds (Note [Grace periods]).
+void registryForkPrepare();
+void registryForkParent();
+void registryForkChild();
 
 }  // namespace strata::detail

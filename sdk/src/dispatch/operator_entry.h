@@ -24,7 +24,6 @@ struct KernelRecord {
   std::string owner;
   std::string debug;
   std::atomic<bool> removed{false};
-  bool published = false;  // ever stored in a table slot (guarded by the dispatcher's mutex)
 };
 
 // What the boxed call path reads from the schema. Immutable once published; every
