@@ -58,6 +58,9 @@ inline bool insideCallSection() { return (tls_call_word & kCallDepthMask) != 0; 
 
 // How many threads the registry holds (for tests).
 STRATA_API size_t registeredCallingThreads();
+// Whether this process has the process-wide barrier grace periods need; without
+// one, retired kernels are kept, never freed (Note [Grace periods]).
+STRATA_API bool retiredKernelsAreFreed();
 
 }  // namespace detail
 

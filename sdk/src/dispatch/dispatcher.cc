@@ -649,14 +649,16 @@ RegistrationHandleRAII Dispatcher::registerImpl(const OperatorName& op, Dispatch
   STRATA_CHECK(isRuntimeKey(key) || isAliasKey(key), Value, op.str(), ": cannot register a kernel at ", toString(key),
                " (", options.debug, "): not a dispatch key");
   STRATA_CHECK(kernel.isValid(), Value, op.str(), ": invalid (empty) kernel at ", toString(key), " (", options.debug, ")");
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  OperatorEntry& e = impl_->entry(op);
+  // Made before the lock: a refused kernel's functor is destroyed after the lock is
+  // released (its destructor is user code and may deregister).
   auto record = std::make_shared<KernelRecord>();
-  record->op = e.qualified;
   record->key = key;
   record->kernel = std::move(kernel);
   record->owner = options.owner;
   record->debug = options.debug;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  OperatorEntry& e = impl_->entry(op);
+  record->op = e.qualified;
   if (record->kernel.cppSignature()) {
     if (const OperatorInfo* info = e.info.load(std::memory_order_relaxed)) checkKernelAgainstSchema(e, info->schema, *record);
     if (auto sig = impl_->currentSignature(e); sig && !(sig->first == *record->kernel.cppSignature())) {
@@ -708,6 +710,11 @@ RegistrationHandleRAII Dispatcher::registerFallback(DispatchKey key, KernelFunct
   STRATA_CHECK(kernel.isBoxed() || kernel.isFallthrough(), Value, "the fallback for ", toString(key), " (",
                options.debug, ") must be a boxed kernel or a fallthrough: it serves every operator, whatever "
                "its signature, so an unboxed kernel cannot be one");
+  auto record = std::make_shared<KernelRecord>();  // before the lock, as in registerImpl
+  record->key = key;
+  record->kernel = std::move(kernel);
+  record->owner = options.owner;
+  record->debug = options.debug;
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto& slot = impl_->fallbacks[static_cast<size_t>(key)];
   if (!slot.empty() && !options.allow_override) {
@@ -715,12 +722,7 @@ RegistrationHandleRAII Dispatcher::registerFallback(DispatchKey key, KernelFunct
                 "; previous registration by '", slot.back()->owner, "' (", slot.back()->debug,
                 "), new registration by '", options.owner, "' (", options.debug, ")");
   }
-  auto record = std::make_shared<KernelRecord>();
   record->id = impl_->next_id++;
-  record->key = key;
-  record->kernel = std::move(kernel);
-  record->owner = options.owner;
-  record->debug = options.debug;
   slot.push_back(record);
   impl_->recomputeAll();
   const uint64_t id = record->id;
@@ -746,6 +748,7 @@ RegistrationHandleRAII Dispatcher::registerRule(const OperatorName& op, std::str
   }
   STRATA_CHECK(payload != nullptr, Value, op.str(), ": an empty ", kind, " rule for ", demangle(target), " (",
                options.debug, ")");
+  std::shared_ptr<RuleRecord> record;  // outlives the lock: the payload is user state
   std::lock_guard<std::mutex> lock(impl_->mu);
   OperatorEntry* e = impl_->find(op);
   STRATA_CHECK(e != nullptr && e->alive(), NotImplemented, "cannot register a ", kind, " rule for ", demangle(target),
@@ -759,7 +762,7 @@ RegistrationHandleRAII Dispatcher::registerRule(const OperatorName& op, std::str
                   "), is refused. Remove the old rule first.");
     }
   }
-  auto record = std::make_shared<RuleRecord>();
+  record = std::make_shared<RuleRecord>();
   record->id = impl_->next_id++;
   record->kind = std::move(kind);
   record->target = &target;
@@ -1061,20 +1064,19 @@ size_t Dispatcher::reclaimRetiredKernels() {
   // Note [Grace periods]. Each round frees the waiting batch if its grace period has
   // ended, then starts one for what was retired since; a second round catches the
   // common case where no thread is inside a call and the new one ends at once.
+  // Nothing here allocates or throws: removals call it from destructors.
   Impl& impl = *impl_;
   size_t freed = 0;
   for (int round = 0; round < 2; ++round) {
     std::optional<Impl::Waiting> done;  // destroyed outside the locks: functor destructors run user code
     bool started = false;
-    try {
+    {
       std::lock_guard<std::mutex> reclaim(impl.reclaim_mu);
       if (impl.waiting) {
         if (!impl.waiting->grace.elapsed(/*spins=*/256)) return freed;
         done = std::move(impl.waiting);
         impl.waiting.reset();
       }
-      detail::GracePeriod grace;
-      grace.reserve();  // the only step that can fail, before anything is taken
       Impl::Waiting next;
       {
         std::lock_guard<std::mutex> lock(impl.mu);
@@ -1086,13 +1088,10 @@ size_t Dispatcher::reclaimRetiredKernels() {
         }
       }
       if (next.size() != 0) {
-        grace.begin();
-        next.grace = std::move(grace);
+        next.grace.begin();
         impl.waiting = std::move(next);
         started = true;
       }
-    } catch (const std::bad_alloc&) {
-      // Out of memory: what is retired stays so; the next removal or poll tries again.
     }
     if (done) {
       freed += done->size();

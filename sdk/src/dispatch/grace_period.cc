@@ -1,6 +1,7 @@
 #include "grace_period.h"
 
 #include <linux/membarrier.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <atomic>
 #include <mutex>
+#include <new>
 
 #include "strata/call_section.h"
 
@@ -35,7 +37,7 @@
 //   destructors, and again when one of them calls again, so a call from any
 //   thread_local destructor is seen too.
 // - Reclaimer. The dispatcher hands everything unpublished so far to a grace period
-//   (GracePeriod::start): heavyBarrier() makes every CPU running a thread of this
+//   (GracePeriod::begin): heavyBarrier() makes every CPU running a thread of this
 //   process execute a full barrier, so a thread whose entry store was still in its
 //   store buffer has it visible by then; then each registered thread's word is
 //   read. A thread at depth 0 holds nothing old: its next section starts after the
@@ -58,6 +60,9 @@
 // fork(): the child keeps only the forking thread in the registry; the dispatcher's
 // atfork handlers hold its reclaim lock, its mutex and the registry's across fork()
 // (in that order, the order the reclaimer takes them), so the child finds them free.
+// No user code runs under these locks (records are made before the mutex is taken
+// and freed after it is released). An atfork handler registered before Strata's
+// runs its prepare after ours: it must not make a thread's first dispatcher call.
 //
 // The bound: a retired kernel is freed at the first attempt after every thread that
 // was inside a call when its grace period started has left that call. A thread that
@@ -80,7 +85,10 @@ struct Node {
   Node* next;
   uint64_t* word;
 };
-__thread Node tls_node = {0, nullptr, nullptr, nullptr};
+__thread Node tls_node __attribute__((tls_model("initial-exec"))) = {0, nullptr, nullptr, nullptr};
+// How many times this thread's key destructor ran: glibc runs key destructors again
+// while some key is set again, at most PTHREAD_DESTRUCTOR_ITERATIONS rounds.
+__thread int tls_exit_rounds __attribute__((tls_model("initial-exec"))) = 0;
 
 void onThreadExit(void* node);
 
@@ -117,6 +125,7 @@ Registry& registry() {
 }
 
 void onThreadExit(void* node) {
+  ++tls_exit_rounds;
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto* n = static_cast<Node*>(node);
@@ -140,6 +149,11 @@ uint64_t registerCallingThread() noexcept {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   if (tls_node.id == 0) {
+    if (tls_exit_rounds >= PTHREAD_DESTRUCTOR_ITERATIONS) {
+      // No round is left to unlink it: the node would outlive the thread's TLS.
+      std::fputs("strata: a dispatcher call from a thread-exit destructor after the last round of them\n", stderr);
+      std::abort();
+    }
     tls_node = {r.next_id++, r.head.prev, &r.head, &tls_call_word};
     r.head.prev->next = &tls_node;
     r.head.prev = &tls_node;
@@ -209,7 +223,7 @@ bool heavyBarrier() {
   return false;
 }
 
-void GracePeriod::reserve() { busy_.reserve(registeredCallingThreads() + 16); }
+bool retiredKernelsAreFreed() { return heavyBarrier(); }
 
 void GracePeriod::begin() noexcept {
   busy_.clear();
@@ -220,15 +234,19 @@ void GracePeriod::begin() noexcept {
   for (Node* n = r.head.next; n != &r.head; n = n->next) {
     const uint64_t w = load(*n);
     if (!busyIn(w)) continue;
-    if (busy_.size() == busy_.capacity()) {
-      every_thread_ = true;
+    try {
+      busy_.emplace_back(n->id, generationOf(w));
+    } catch (const std::bad_alloc&) {
+      every_thread_ = true;  // out of memory: wait until every thread is seen out at once
       return;
     }
-    busy_.emplace_back(n->id, generationOf(w));
   }
 }
 
 bool GracePeriod::elapsed(int spins) noexcept {
+  // A barrier that failed (a transient mprotect error) is tried again; a snapshot
+  // taken later covers everything unpublished before the first one just as well.
+  if (!barrier_) begin();
   if (!barrier_) return false;
   Registry& r = registry();
   // Whether thread n has left the section it was in (generation `gen`), re-reading

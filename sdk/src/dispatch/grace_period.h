@@ -9,9 +9,6 @@ namespace strata::detail {
 
 class GracePeriod {
  public:
-  // Makes room to note the threads (throws std::bad_alloc); call before taking
-  // what the grace period will cover, so that begin() cannot fail.
-  void reserve();
   // Begins the grace period for everything unpublished before this call: one
   // process-wide memory barrier, then a note of each thread inside a call section
   // and of its generation.
@@ -24,7 +21,7 @@ class GracePeriod {
  private:
   std::vector<std::pair<uint64_t, uint64_t>> busy_;  // (thread id, generation)
   bool barrier_ = false;
-  // More threads than reserve() made room for: wait until every thread is seen out.
+  // Out of memory while noting the busy threads: wait until every thread is seen out.
   bool every_thread_ = false;
 };
 
