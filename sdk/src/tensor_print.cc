@@ -66,6 +66,21 @@ void printDim(std::ostringstream& os, const Tensor& t, const T* values, int64_t 
   os << "]";
 }
 
+// Calls f(offset) for each element printDim prints, in order.
+template <typename F>
+void forEachPrinted(const Tensor& t, int64_t dim, int64_t offset, const std::vector<int64_t>& strides, bool summarize,
+                    const F& f) {
+  if (dim == t.dim()) {
+    f(offset);
+    return;
+  }
+  const int64_t n = t.sizes()[dim];
+  for (int64_t i = 0; i < n; ++i) {
+    if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) i = n - kEdgeItems;
+    forEachPrinted(t, dim + 1, offset + i * strides[dim], strides, summarize, f);
+  }
+}
+
 }  // namespace
 
 std::string Tensor::str() const {
@@ -93,19 +108,24 @@ std::string Tensor::str() const {
   const bool floating = isFloatingType(dtype());
   const Tensor data = requires_grad() ? detach() : *this;  // printing is not part of the graph
   const Tensor host = data.to(kCPU).contiguous().to(floating ? ScalarType::Double : ScalarType::Long);
+  // As torch's _Formatter, the format is chosen from what is printed (the edge items
+  // when summarizing), not from every value: 12 M values took seconds to format.
+  const std::vector<int64_t> strides(host.strides().begin(), host.strides().end());
+  const bool summarize = numel() > kSummarizeAbove;
+  const bool is_bool = dtype() == ScalarType::Bool;
   Formatter fmt;
   if (floating) {
     const double* values = host.data_ptr<double>();
-    for (int64_t i = 0; i < host.numel(); ++i) {
+    forEachPrinted(host, 0, 0, strides, summarize, [&](int64_t i) {
       if (std::isfinite(values[i]) && values[i] != std::trunc(values[i])) fmt.whole = false;
-    }
+    });
   }
   if (host.numel() > 1) {
     auto widest = [&](const auto* values) {
-      for (int64_t i = 0; i < host.numel(); ++i) {
-        const size_t w = dtype() == ScalarType::Bool ? (values[i] != 0 ? 4 : 5) : fmt(values[i]).size();
+      forEachPrinted(host, 0, 0, strides, summarize, [&](int64_t i) {
+        const size_t w = is_bool ? (values[i] != 0 ? 4 : 5) : fmt(values[i]).size();
         fmt.width = std::max(fmt.width, w);
-      }
+      });
     };
     if (floating) widest(host.data_ptr<double>());
     else widest(host.data_ptr<int64_t>());
@@ -114,9 +134,6 @@ std::string Tensor::str() const {
   if (numel() == 0) {
     os << "[]";
   } else {
-    const std::vector<int64_t> strides(host.strides().begin(), host.strides().end());
-    const bool summarize = numel() > kSummarizeAbove;
-    const bool is_bool = dtype() == ScalarType::Bool;
     if (floating) printDim(os, host, host.data_ptr<double>(), 0, 0, strides, fmt, summarize, is_bool);
     else printDim(os, host, host.data_ptr<int64_t>(), 0, 0, strides, fmt, summarize, is_bool);
   }

@@ -204,6 +204,13 @@ TEST(TensorTest, LargeTensorsPrintSummarizedLikeTorch) {
             "        [1., 1., 1.,  ..., 1., 1., 1.],\n"
             "        [1., 1., 1.,  ..., 1., 1., 1.]])");
   EXPECT_EQ(ones({1000}).str().find("..."), std::string::npos);  // 1,000 is not above the threshold
+  // As torch's _Formatter, the format comes from the printed values alone: a 0.5 or a
+  // 1000 in the elided middle changes neither the decimals nor the width.
+  std::vector<float> v(2001, 1.0f);
+  v[1000] = 0.5f;
+  EXPECT_EQ(from_vector<float>(v).str(), "tensor([1., 1., 1.,  ..., 1., 1., 1.])");
+  v[1000] = 1000.0f;
+  EXPECT_EQ(from_vector<float>(v).str(), "tensor([1., 1., 1.,  ..., 1., 1., 1.])");
 }
 
 // Values print one nested level per dim; a tensor of very many dims prints its size
