@@ -110,10 +110,10 @@ void flatten(std::string_view s, size_t depth, Nested& out, std::string_view who
   out.leaves.push_back(s);
 }
 
-// numel *= size, refused past kMaxLiteralElements (so never overflowing either).
-void checkLiteralSize(int64_t& numel, int64_t size, std::string_view whole) {
-  STRATA_CHECK(size == 0 || numel <= kMaxLiteralElements / size, Value, "'", shortened(whole), "': more than ",
-               kMaxLiteralElements, " elements, the most a command-line tensor literal may have");
+// numel *= size, refused past `most` (so never overflowing either).
+void checkLiteralSize(int64_t& numel, int64_t size, std::string_view whole, int64_t most) {
+  STRATA_CHECK(size == 0 || numel <= most / size, Value, "'", shortened(whole), "': more than ", most,
+               " elements, the most a command-line tensor literal may have");
   numel *= size;
 }
 
@@ -231,7 +231,7 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
         STRATA_CHECK(sizes.size() < kMaxLiteralDims, Value, "'", shortened(whole), "': more than ",
                      kMaxLiteralDims, " sizes (a tensor literal has at most ", kMaxLiteralDims, " dims)");
         sizes.push_back(*v);
-        checkLiteralSize(numel, *v, whole);
+        checkLiteralSize(numel, *v, whole, max_elements_);
         if (comma == std::string_view::npos) break;
         start = comma + 1;
       }

@@ -32,7 +32,10 @@ std::optional<ScalarType> dtypeName(std::string_view s);
 
 class LiteralParser {
  public:
-  explicit LiteralParser(uint64_t seed) : rng_(seed) {}
+  // max_elements caps ones(...), zeros(...), randn(...), rand(...) and arange(...);
+  // lower than kMaxLiteralElements only where big tensors cost too much (a fuzzer).
+  explicit LiteralParser(uint64_t seed, int64_t max_elements = kMaxLiteralElements)
+      : rng_(seed), max_elements_(max_elements) {}
   // The value of `text` for an argument of type `type`. Throws strata::Error(Value)
   // saying what could not be read and why.
   IValue parse(std::string_view text, const Type& type);
@@ -41,6 +44,7 @@ class LiteralParser {
 
  private:
   std::mt19937_64 rng_;
+  int64_t max_elements_;
 };
 
 }  // namespace strata::host
