@@ -114,7 +114,9 @@ std::string Tensor::str() const {
   const bool summarize = numel() > kSummarizeAbove;
   const bool is_bool = dtype() == ScalarType::Bool;
   Formatter fmt;
-  if (floating) {
+  // Only when there is something to print: with no elements a size may still be huge
+  // (empty({1 << 40, 0})), and walking it would take for ever.
+  if (floating && host.numel() > 0) {
     const double* values = host.data_ptr<double>();
     forEachPrinted(host, 0, 0, strides, summarize, [&](int64_t i) {
       if (std::isfinite(values[i]) && values[i] != std::trunc(values[i])) fmt.whole = false;

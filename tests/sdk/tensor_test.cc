@@ -211,6 +211,8 @@ TEST(TensorTest, LargeTensorsPrintSummarizedLikeTorch) {
   EXPECT_EQ(from_vector<float>(v).str(), "tensor([1., 1., 1.,  ..., 1., 1., 1.])");
   v[1000] = 1000.0f;
   EXPECT_EQ(from_vector<float>(v).str(), "tensor([1., 1., 1.,  ..., 1., 1., 1.])");
+  // No elements: printed at once, whatever the other sizes.
+  EXPECT_EQ(empty({int64_t{1} << 40, 0}).str().rfind("tensor([]", 0), 0u);
 }
 
 // Values print one nested level per dim; a tensor of very many dims prints its size
