@@ -54,8 +54,6 @@ struct CallSection {
   CallSection& operator=(const CallSection&) = delete;
 };
 
-inline bool insideCallSection() { return (tls_call_word & kCallDepthMask) != 0; }
-
 // How many threads the registry holds (for tests).
 STRATA_API size_t registeredCallingThreads();
 // Whether this process has the process-wide barrier grace periods need; without
