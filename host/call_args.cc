@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "strata/error.h"
+#include "strata/ops.h"
 #include "strata/tensor.h"
 
 namespace strata::host {
@@ -152,6 +153,12 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
   }
   const std::string_view base = text.substr(0, end);
   std::string_view rest = text.substr(end);
+  // Methods (.reshape(2,2), .to(f16), ...) follow the ':' modifiers, and apply in turn.
+  std::string_view methods;
+  if (const size_t dot = rest.find('.'); dot != std::string_view::npos) {
+    methods = rest.substr(dot);
+    rest = rest.substr(0, dot);
+  }
 
   std::optional<ScalarType> dtype;
   Device device = kCPU;
@@ -259,6 +266,157 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
   }
   if (device != kCPU) t = t.to(device);
   if (requires_grad) t.set_requires_grad(true);
+  return applyMethods(std::move(t), methods, whole);
+}
+
+namespace {
+
+// The integers of a method's arguments: "2,3", "(2,3)", "[2, 3]" or "" (none).
+std::vector<int64_t> methodInts(std::string_view args, std::string_view method, std::string_view whole) {
+  args = trim(args);
+  if (args.size() >= 2 && ((args.front() == '(' && args.back() == ')') || (args.front() == '[' && args.back() == ']'))) {
+    args = trim(args.substr(1, args.size() - 2));
+  }
+  std::vector<int64_t> out;
+  if (args.empty()) return out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = args.find(',', start);
+    const std::string_view part = trim(args.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
+    if (!(part.empty() && comma == std::string_view::npos && !out.empty())) {  // a trailing comma, as in (2,)
+      const auto v = asInt(part);
+      STRATA_CHECK(v.has_value(), Value, "'", shortened(whole), "': .", method, "(...) takes integers, not '", part, "'");
+      STRATA_CHECK(out.size() < kMaxLiteralDims, Value, "'", shortened(whole), "': .", method, "(...) takes at most ",
+                   kMaxLiteralDims, " integers");
+      out.push_back(*v);
+    }
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor LiteralParser::applyMethods(Tensor t, std::string_view methods, std::string_view whole) {
+  while (!methods.empty()) {
+    STRATA_CHECK(methods.front() == '.', Value, "'", shortened(whole), "': expected '.' before a method, found '",
+                 shortened(methods), "' (':' modifiers come before methods)");
+    methods.remove_prefix(1);
+    size_t name_end = 0;
+    while (name_end < methods.size() && (std::isalnum(static_cast<unsigned char>(methods[name_end])) || methods[name_end] == '_')) {
+      ++name_end;
+    }
+    const std::string name(methods.substr(0, name_end));
+    methods.remove_prefix(name_end);
+    std::string_view args;
+    bool called = false;
+    if (!methods.empty() && methods.front() == '(') {
+      int depth = 0;
+      size_t close = 0;
+      for (; close < methods.size(); ++close) {
+        if (methods[close] == '(' || methods[close] == '[') ++depth;
+        if ((methods[close] == ')' || methods[close] == ']') && --depth == 0) break;
+      }
+      STRATA_CHECK(close < methods.size(), Value, "'", shortened(whole), "': unbalanced parentheses after .", name);
+      args = methods.substr(1, close - 1);
+      methods.remove_prefix(close + 1);
+      called = true;
+    }
+    auto ints = [&] { return methodInts(args, name, whole); };
+    auto noArgs = [&] {
+      STRATA_CHECK(trim(args).empty(), Value, "'", shortened(whole), "': .", name, "() takes no arguments");
+    };
+    auto count = [&](const std::vector<int64_t>& v, size_t n) {
+      STRATA_CHECK(v.size() == n, Value, "'", shortened(whole), "': .", name, "(...) takes ", n, " integer(s), got ",
+                   v.size());
+      return v;
+    };
+    static const std::pair<const char*, ScalarType> kCasts[] = {
+        {"float", kFloat32}, {"double", kFloat64}, {"half", kFloat16}, {"bfloat16", kBFloat16},
+        {"int", kInt32},     {"long", kInt64},     {"bool", kBool},    {"byte", kUInt8}, {"char", kInt8}};
+    const ScalarType* cast = nullptr;
+    for (const auto& [n, dt] : kCasts) {
+      if (name == n) cast = &dt;
+    }
+    if (name == "T" || name == "mT") {
+      STRATA_CHECK(!called, Value, "'", shortened(whole), "': .", name, " is an attribute: no parentheses");
+    } else {
+      STRATA_CHECK(called, Value, "'", shortened(whole), "': .", name.empty() ? std::string("?") : name,
+                   " needs its parentheses (", kLiteralMethods, ")");
+    }
+    if (name == "reshape" || name == "view") {
+      const std::vector<int64_t> shape = ints();
+      t = name == "reshape" ? t.reshape(shape) : t.view(shape);
+    } else if (name == "to") {
+      std::string_view a = trim(args);
+      STRATA_CHECK(!a.empty(), Value, "'", shortened(whole), "': .to(...) takes a dtype, a device, or both");
+      size_t start = 0;
+      while (start <= a.size()) {
+        const size_t comma = a.find(',', start);
+        std::string_view part = trim(a.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
+        for (std::string_view prefix : {"dtype=", "device="}) {
+          if (part.substr(0, prefix.size()) == prefix) part = trim(part.substr(prefix.size()));
+        }
+        if (part.size() >= 2 && (part.front() == '\'' || part.front() == '"') && part.back() == part.front()) {
+          part = part.substr(1, part.size() - 2);
+        }
+        if (part.substr(0, 6) == "torch.") part.remove_prefix(6);
+        if (auto dt = dtypeName(part)) {
+          t = t.to(*dt);
+        } else {
+          try {
+            t = t.to(Device(std::string(part)));
+          } catch (const Error&) {
+            STRATA_FAIL(Value, "'", shortened(whole), "': .to(", a, "): '", part,
+                        "' is neither a dtype (f16, float32, int64, ...) nor a device (cpu, meta, cuda)");
+          }
+        }
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+      }
+    } else if (cast != nullptr) {
+      noArgs();
+      t = t.to(*cast);
+    } else if (name == "t" || name == "T") {
+      if (called) noArgs();
+      t = t.dim() < 2 ? t : ops::t(t);
+    } else if (name == "mT") {
+      STRATA_CHECK(t.dim() >= 2, Value, "'", shortened(whole), "': .mT needs at least 2 dims");
+      t = t.transpose(-2, -1);
+    } else if (name == "transpose") {
+      const auto d = count(ints(), 2);
+      t = t.transpose(d[0], d[1]);
+    } else if (name == "permute") {
+      t = t.permute(ints());
+    } else if (name == "unsqueeze") {
+      t = t.unsqueeze(count(ints(), 1)[0]);
+    } else if (name == "squeeze") {
+      const auto d = ints();
+      STRATA_CHECK(d.size() <= 1, Value, "'", shortened(whole), "': .squeeze() takes at most one dim");
+      t = d.empty() ? ops::squeeze(t) : ops::squeeze(t, d[0]);
+    } else if (name == "expand") {
+      t = ops::expand(t, ints());
+    } else if (name == "narrow") {
+      const auto d = count(ints(), 3);
+      t = ops::narrow(t, d[0], d[1], d[2]);
+    } else if (name == "select") {
+      const auto d = count(ints(), 2);
+      t = t.select(d[0], d[1]);
+    } else if (name == "contiguous" || name == "clone" || name == "detach") {
+      noArgs();
+      t = name == "contiguous" ? t.contiguous() : name == "clone" ? t.clone() : t.detach();
+    } else if (name == "requires_grad_") {
+      const std::string_view a = trim(args);
+      const auto b = a.empty() ? std::optional<bool>(true) : asBool(a.substr(0, 14) == "requires_grad=" ? a.substr(14) : a);
+      STRATA_CHECK(b.has_value(), Value, "'", shortened(whole), "': .requires_grad_(", a, "): expected True or False");
+      t.set_requires_grad(*b);
+    } else {
+      STRATA_FAIL(Value, "'", shortened(whole), "': unknown method '.", name, "' (", kLiteralMethods, ")");
+    }
+    STRATA_CHECK(t.numel() <= max_elements_, Value, "'", shortened(whole), "': more than ", max_elements_,
+                 " elements, the most a command-line tensor literal may have");
+  }
   return t;
 }
 

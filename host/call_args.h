@@ -6,6 +6,8 @@
 //   tensors: nested lists  [1,2,3]  [[1,2],[3,4]]  [1.5,2]
 //            factories     ones(2,3)  zeros(4)  randn(3)  rand(2,2)  arange(5)
 //            with modifiers after ':'  [[1,2],[3,4]]:f16   ones(2,3):meta   randn(3):f64:requires_grad
+//            then methods, as PyTorch users write them (kLiteralMethods):
+//                          arange(4).reshape(2,2)   ones(2,3).to(f16)   randn(2,3).t().contiguous()
 //   tensor lists [ones(2), [1,2]]
 // A nested list without a float is int64, with one float32, of only bools bool, as
 // torch.tensor infers. randn/rand draw from a generator seeded with `seed`.
@@ -25,6 +27,12 @@ namespace strata::host {
 
 inline constexpr size_t kMaxLiteralDims = 64;
 inline constexpr int64_t kMaxLiteralElements = int64_t{1} << 24;
+// Every method a tensor literal takes, as the error for another one lists them.
+inline constexpr const char* kLiteralMethods =
+    "the methods are .reshape(2,3) .view(2,3) .to(f16) .to(meta) .to(cuda, f16) .float() .double() .half() "
+    ".bfloat16() .int() .long() .bool() .byte() .char() .t() .T .mT .transpose(0,1) .permute(1,0) .unsqueeze(0) "
+    ".squeeze() .squeeze(0) .expand(2,3) .narrow(0,0,2) .select(0,1) .contiguous() .clone() .detach() "
+    ".requires_grad_()";
 
 // A dtype by its short name (f16, bf16, f32, f64, i8, u8, i32, i64, b8) or its torch
 // name (float16, bfloat16, half, ...); nullopt for anything else.
@@ -43,6 +51,8 @@ class LiteralParser {
   Tensor parseTensor(std::string_view text);
 
  private:
+  // ".reshape(2,2).to(f16)" applied to t in turn.
+  Tensor applyMethods(Tensor t, std::string_view methods, std::string_view whole);
   std::mt19937_64 rng_;
   int64_t max_elements_;
 };

@@ -26,6 +26,7 @@ constexpr Subcommand kSubcommands[] = {
     {"plugins", "List bundles; pin, unpin, disable or enable one", &strata::host::runPluginsCommand},
     {"kernel", "Disable or enable a kernel in every host (--wait for them)", &strata::host::runKernelCommand},
     {"audit", "Print the audit log of admin actions", &strata::host::runAuditCommand},
+    {"hosts", "List the hosts on a store, live and dead, and what each one runs", &strata::host::runHostsCommand},
     {"schema", "Canonicalize operator schemas (arguments or one per line on stdin)",
      &strata::host::runSchemaCommand},
     {"ops", "List the registered operators and their schemas", &strata::host::runOpsCommand},
@@ -46,7 +47,7 @@ void printUsage(QTextStream& out) {
   for (const Subcommand& c : kSubcommands) {
     out << "  " << QString::fromLatin1(c.name).leftJustified(10) << c.summary << "\n";
   }
-  out << "\nRun 'strata <command> --help' for a command's options.\n";
+  out << "\nRun 'strata <command> --help' for a command's options; 'strata --version' for the version.\n";
 }
 
 }  // namespace
@@ -92,8 +93,8 @@ int main(int argc, char** argv) {
     printUsage(args.size() < 2 ? err : out);
     return args.size() < 2 ? strata::host::kExitUsage : strata::host::kExitOk;
   }
-  if (args[1] == "--version") {
-    out << "strata " << QCoreApplication::applicationVersion() << "\n";
+  if (args[1] == "--version" || args[1] == "-v") {
+    out << "strata " << strata::host::versionText() << "\n";
     return strata::host::kExitOk;
   }
   for (const Subcommand& c : kSubcommands) {

@@ -2,6 +2,7 @@
 
 #include <QCoreApplication>
 #include <QCryptographicHash>
+#include <QDateTime>
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
@@ -14,6 +15,8 @@
 #include <QTemporaryDir>
 
 #include <algorithm>
+#include <stdexcept>
+#include <tuple>
 #include <map>
 #include <mutex>
 
@@ -321,8 +324,10 @@ PluginHost::~PluginHost() {
   }
 }
 
+// A file's key in the view: its content, or its path when it could not be hashed.
+static QString viewKey(const BundleFile& f) { return f.sha256.isEmpty() ? "path:" + f.path : f.sha256; }
+
 void PluginHost::record(const BundleFile& f, const QString& state, const QString& reason) {
-  if (store_ == nullptr) return;
   db::BundleRow r;
   r.sha256 = f.sha256.toStdString();
   r.path = f.path.toStdString();
@@ -336,10 +341,37 @@ void PluginHost::record(const BundleFile& f, const QString& state, const QString
   }
   r.state = state.toStdString();
   r.reason = reason.toStdString();
+  view_[viewKey(f)] = db::HostBundleRow{host_id_.toStdString(), r.sha256, r.name, r.version, r.path, r.state, r.reason};
+  if (store_ == nullptr || !recording_) return;
   try {
     store_->upsertBundle(r);
   } catch (const db::StoreError& e) {
     qCWarning(lcHost).noquote() << "cannot record bundle" << f.path << ":" << e.what();
+  }
+}
+
+std::vector<db::HostBundleRow> PluginHost::view() const {
+  std::vector<db::HostBundleRow> out;
+  for (const auto& [_, r] : view_) out.push_back(r);
+  std::sort(out.begin(), out.end(), [](const db::HostBundleRow& a, const db::HostBundleRow& b) {
+    return std::tie(a.name, a.version, a.path) < std::tie(b.name, b.version, b.path);
+  });
+  return out;
+}
+
+// A serving host's own view, written whole (Note [What each host runs] in store.cc).
+void PluginHost::recordView(const QStringList& what) {
+  if (store_ == nullptr || !recording_ || host_id_.isEmpty()) return;
+  try {
+    store_->transaction([&] {
+      store_->replaceHostBundles(host_id_.toStdString(), view());
+      if (!what.isEmpty()) {
+        store_->setHostEvent(host_id_.toStdString(),
+                             (QDateTime::currentDateTimeUtc().toString(Qt::ISODateWithMs) + " " + what.last()).toStdString());
+      }
+    });
+  } catch (const db::StoreError& e) {
+    qCWarning(lcHost).noquote() << "cannot record what this host runs:" << e.what();
   }
 }
 
@@ -508,6 +540,7 @@ QStringList PluginHost::rescan() {
         const QString why = "implements namespace '" + missing + "', which no loaded bundle defines";
         record(f, "rejected", why);
         what << "rejected " + it->first + "@" + f.metadata->version_text + ": " + why;
+        qCWarning(lcHost).noquote() << what.last();
         failed.insert(it->first);
         it = pending.erase(it);
         progress = true;
@@ -527,6 +560,7 @@ QStringList PluginHost::rescan() {
       if (!taken.isEmpty()) {
         record(f, "rejected", taken);
         what << "rejected " + it->first + "@" + f.metadata->version_text + ": " + taken;
+        qCWarning(lcHost).noquote() << what.last();
         failed.insert(it->first);
         it = pending.erase(it);
         progress = true;
@@ -546,16 +580,23 @@ QStringList PluginHost::rescan() {
       for (const auto& [name, f] : pending) {
         record(*f, "rejected", "its namespace dependencies form a cycle");
         what << "rejected " + name + ": dependency cycle";
+        qCWarning(lcHost).noquote() << what.last();
       }
       break;
     }
   }
   // 5. Files that left the directory.
-  if (store_ != nullptr) {
+  std::set<QString> present_keys;
+  for (const auto& f : files) present_keys.insert(viewKey(f));
+  for (auto it = view_.begin(); it != view_.end();) {
+    it = present_keys.count(it->first) != 0 ? std::next(it) : view_.erase(it);
+  }
+  if (store_ != nullptr && recording_) {
     std::set<std::string> present;
     for (const auto& f : files) present.insert(f.sha256.toStdString());
-    store_->markRemovedExcept(present);
+    store_->markRemovedExcept(present, QDir(dir_).absolutePath().toStdString());
   }
+  recordView(what);
   if (!what.isEmpty()) emit changed(what);
   return what;
 }
@@ -711,7 +752,7 @@ QString firstFailure(const std::vector<modes::CheckRow>& rows) {
 }
 
 void PluginHost::recordRegistrations(const Loaded& l) {
-  if (store_ == nullptr) return;
+  if (store_ == nullptr || !recording_) return;
   const std::string owner = l.registrar->owner();
   std::vector<db::OperatorRow> ops;
   std::vector<db::RegistrationRow> regs;
@@ -745,7 +786,7 @@ void PluginHost::unload(const QString& name) {
     RegistrationBatch batch;
     it->second.registrar->clear();
   }
-  if (store_ != nullptr) {
+  if (store_ != nullptr && recording_) {
     try {
       store_->clearRegistrations(it->second.registrar->owner());
     } catch (const db::StoreError& e) {
@@ -757,10 +798,32 @@ void PluginHost::unload(const QString& name) {
 }
 
 void PluginHost::serve(const QString& host_id, int poll_ms) {
-  host_id_ = host_id;
-  if (store_ != nullptr) store_->registerHost(host_id.toStdString(), QCoreApplication::applicationPid());
+  db::HostRow me;
+  me.id = host_id.toStdString();
+  me.pid = QCoreApplication::applicationPid();
+  serve(me, poll_ms);
+}
+
+void PluginHost::serve(const db::HostRow& me_in, int poll_ms) {
+  // A directory that is not there is a mistyped --plugins far more often than one
+  // bundles will arrive in: say so rather than create it and watch nothing.
+  const QFileInfo dir_info(dir_);
+  if (!dir_info.exists()) {
+    throw std::runtime_error("the plugin directory " + dir_.toStdString() +
+                             " does not exist (create it first, or name another with --plugins)");
+  }
+  if (!dir_info.isDir()) throw std::runtime_error("the plugin directory " + dir_.toStdString() + " is not a directory");
+  db::HostRow me = me_in;
+  me.plugins = dir_info.absoluteFilePath().toStdString();
+  if (me.strata_version.empty()) {
+    me.strata_version = (QCoreApplication::applicationVersion() +
+                         QString(" (SDK ABI %1.%2)").arg(STRATA_SDK_ABI_MAJOR).arg(STRATA_SDK_ABI_MINOR))
+                            .trimmed()
+                            .toStdString();
+  }
+  host_id_ = QString::fromStdString(me.id);
+  if (store_ != nullptr) store_->registerHost(me);
   sync();
-  QDir().mkpath(dir_);
   // Made here, not with the host: only a serving host watches (and needs an event loop).
   watcher_ = std::make_unique<QFileSystemWatcher>();
   watcher_->addPath(dir_);
@@ -770,8 +833,7 @@ void PluginHost::serve(const QString& host_id, int poll_ms) {
   connect(watcher_.get(), &QFileSystemWatcher::directoryChanged, this, [this] { rescan_timer_.start(); });
   connect(watcher_.get(), &QFileSystemWatcher::fileChanged, this, [this] { rescan_timer_.start(); });
   connect(&rescan_timer_, &QTimer::timeout, this, [this] {
-    const QStringList what = rescan();
-    for (const auto& w : what) qCInfo(lcHost).noquote() << w;
+    rescan();  // load() and unload() log what changed, once
     // Files are watched too, so one replaced in place is seen.
     const QStringList files = watcher_->files();
     if (!files.isEmpty()) watcher_->removePaths(files);
@@ -807,14 +869,33 @@ void PluginHost::poll() {
     // wake each other at the poll rate, each re-hashing every bundle. The directory
     // has its own watcher.
     data_version_ = v;
+    answerQueries();
     if (store_->latestChange() == last_applied_) return;
     const int64_t before = last_applied_;
-    const QStringList what = sync();
-    for (const auto& w : what) qCInfo(lcHost).noquote() << w;
+    sync();  // load() and unload() log what changed, once
     if (last_applied_ != before) qCInfo(lcHost) << "applied store changes up to" << last_applied_;
   } catch (const std::exception& e) {
     data_version_ = -1;  // the change was not applied: the next poll tries again
     qCWarning(lcHost).noquote() << "store poll failed:" << e.what();
+  }
+}
+
+// Questions other processes asked this host through the store (Note [What each host
+// runs] in store.cc). A query costs a SELECT only when another connection committed.
+void PluginHost::answerQueries() {
+  if (host_id_.isEmpty()) return;
+  for (const auto& qr : store_->pendingQueries(host_id_.toStdString())) {
+    std::string answer, error;
+    if (!query_handler_) {
+      error = "this host answers no queries";
+    } else {
+      try {
+        answer = query_handler_(qr.query, qr.arg);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    store_->answerQuery(qr.id, answer, error);
   }
 }
 

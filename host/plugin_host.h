@@ -39,6 +39,7 @@
 #include <QTimer>
 #include <QVersionNumber>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -134,13 +135,29 @@ class PluginHost : public QObject {
 
   void setCheckPolicy(CheckPolicy p) { check_ = p; }
   void setTrustPolicy(TrustPolicy p) { trust_ = p; }
+  // Whether the host writes what it sees to the store (bundles, registrations, its
+  // view). A command's own scan of a directory does not: it reads the admin state
+  // and writes nothing (Note [What each host runs] in store.cc). Default: on.
+  void setRecording(bool on) { recording_ = on; }
+
+  // What this host saw in its directory: one row per bundle file present, with its
+  // state and reason (host and the store's removed rows aside).
+  std::vector<db::HostBundleRow> view() const;
+
+  // Answers a question another process asked this host through the store
+  // (strata dump OP --host ID): returns the answer, throws std::exception for an error.
+  using QueryHandler = std::function<std::string(const std::string& query, const std::string& arg)>;
+  void setQueryHandler(QueryHandler h) { query_handler_ = std::move(h); }
 
   // Applies the store's kernel states, then brings the loaded bundles in line with
   // the directory, the pins and the disabled bundles. Returns what changed, for logs.
   QStringList sync();
 
   // Watches the directory (QFileSystemWatcher) and polls the store for other
-  // processes' changes every `poll_ms`; heartbeats as `host_id`.
+  // processes' changes and questions every `poll_ms`; registers as `me` (its id,
+  // pid, login, version; the plugins directory is the host's) and heartbeats.
+  // Throws when the plugin directory does not exist.
+  void serve(const db::HostRow& me, int poll_ms = 50);
   void serve(const QString& host_id, int poll_ms = 50);
 
   struct Loaded {
@@ -149,6 +166,7 @@ class PluginHost : public QObject {
     QStringList defines, implements;
     uint64_t seq = 0;  // load order
   };
+  const QString& pluginDir() const { return dir_; }
   const std::map<QString, Loaded>& loaded() const { return loaded_; }
   int64_t lastApplied() const { return last_applied_; }
 
@@ -163,6 +181,8 @@ class PluginHost : public QObject {
   void record(const BundleFile& f, const QString& state, const QString& reason);
   void recordRegistrations(const Loaded& l);
   void poll();
+  void answerQueries();
+  void recordView(const QStringList& what);
 
   QString dir_;
   db::Store* store_;
@@ -176,6 +196,9 @@ class PluginHost : public QObject {
   uint64_t load_seq_ = 0;
   CheckPolicy check_ = CheckPolicy::off;
   TrustPolicy trust_;
+  bool recording_ = true;
+  std::map<QString, db::HostBundleRow> view_;  // by sha256
+  QueryHandler query_handler_;
 };
 
 }  // namespace strata::host

@@ -33,7 +33,8 @@ namespace strata::db {
 // and bundle admin state; version 3 adds each operator's tags and alias analysis
 // kind (a row a version-2 binary wrote reads as no tags, FROM_SCHEMA); version 4
 // chains the audit rows (Note [The audit chain]) and chains the rows already there,
-// and keeps the trust list (the sha256s `strata plugins trust` recorded).
+// and keeps the trust list (the sha256s `strata plugins trust` recorded); version 5
+// keeps what each host runs (Note [What each host runs]).
 
 // Note [Creating a store]
 // ~~~~~~~~~~~~~~~~~~~~~~~
@@ -158,6 +159,35 @@ CREATE TABLE trusted (
   actor TEXT NOT NULL,
   time TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
 );
+)sql",
+    // 5 (Note [What each host runs])
+    R"sql(
+ALTER TABLE hosts ADD COLUMN plugins TEXT NOT NULL DEFAULT '';
+ALTER TABLE hosts ADD COLUMN login TEXT NOT NULL DEFAULT '';
+ALTER TABLE hosts ADD COLUMN strata_version TEXT NOT NULL DEFAULT '';
+ALTER TABLE hosts ADD COLUMN stopped TEXT NOT NULL DEFAULT '';
+ALTER TABLE hosts ADD COLUMN last_event TEXT NOT NULL DEFAULT '';
+CREATE TABLE host_bundles (
+  host TEXT NOT NULL,
+  sha256 TEXT NOT NULL,
+  name TEXT NOT NULL,
+  version TEXT NOT NULL,
+  path TEXT NOT NULL,
+  state TEXT NOT NULL,
+  reason TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (host, sha256)
+);
+CREATE TABLE host_queries (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  host TEXT NOT NULL,
+  query TEXT NOT NULL,
+  arg TEXT NOT NULL DEFAULT '',
+  asked TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  answered INTEGER NOT NULL DEFAULT 0,
+  answer TEXT NOT NULL DEFAULT '',
+  error TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX host_queries_host ON host_queries(host, answered);
 )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
@@ -560,13 +590,14 @@ std::vector<BundleRow> Store::bundles() {
   return out;
 }
 
-void Store::markRemovedExcept(const std::set<std::string>& present) {
+void Store::markRemovedExcept(const std::set<std::string>& present, const std::string& dir) {
   transaction([&] {
     std::vector<std::string> gone;
     {
-      Stmt s = prepare("SELECT sha256 FROM bundles WHERE state != 'removed'");
+      Stmt s = prepare("SELECT sha256, path FROM bundles WHERE state != 'removed'");
+      const std::string prefix = dir.empty() || dir.back() == '/' ? dir : dir + "/";
       while (s.step()) {
-        if (present.count(s.text(0)) == 0) gone.push_back(s.text(0));
+        if (present.count(s.text(0)) == 0 && s.text(1).rfind(prefix, 0) == 0) gone.push_back(s.text(0));
       }
     }
     for (const auto& sha : gone) {
@@ -790,8 +821,43 @@ int64_t Store::latestChange() {
 
 // --- Hosts ---
 
+// Note [What each host runs]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Several hosts may share a store, each with its own plugin directory. Each serving
+// host writes its own view and nothing else writes it: its row in `hosts` (plugins
+// directory, login, heartbeat, the last change it applied, its last event, when it
+// stopped) and its rows in `host_bundles` (every bundle file it saw, with the state
+// and reason), replaced whole after each rescan. The CLI's own scans (plugins list,
+// dump, call, ...) write nothing: they describe this process, not a host. A question
+// only the running process can answer (its dispatch table for an op) goes through
+// `host_queries`: the CLI inserts it, the host sees the commit at its next poll and
+// writes the answer into the row. A host that stops cleanly keeps its row, marked
+// stopped; a host whose heartbeat is older than kHostAgeOutSeconds is deleted, with
+// its view and queries, by the next host that registers.
+void Store::registerHost(const HostRow& row) {
+  transaction([&] {
+    const std::string age = "-" + std::to_string(kHostAgeOutSeconds) + " seconds";
+    prepare("DELETE FROM hosts WHERE id != ? AND julianday(heartbeat) < julianday('now', ?)").bind(row.id).bind(age).run();
+    prepare("DELETE FROM host_bundles WHERE host NOT IN (SELECT id FROM hosts) OR host = ?").bind(row.id).run();
+    prepare("DELETE FROM host_queries WHERE host NOT IN (SELECT id FROM hosts) OR host = ? OR "
+            "julianday(asked) < julianday('now', '-1 hour')")
+        .bind(row.id)
+        .run();
+    prepare("INSERT OR REPLACE INTO hosts (id, pid, plugins, login, strata_version) VALUES (?, ?, ?, ?, ?)")
+        .bind(row.id)
+        .bind(row.pid)
+        .bind(row.plugins)
+        .bind(row.login)
+        .bind(row.strata_version)
+        .run();
+  });
+}
+
 void Store::registerHost(const std::string& id, int64_t pid) {
-  prepare("INSERT OR REPLACE INTO hosts (id, pid) VALUES (?, ?)").bind(id).bind(pid).run();
+  HostRow row;
+  row.id = id;
+  row.pid = pid;
+  registerHost(row);
 }
 
 void Store::heartbeat(const std::string& id, int64_t last_applied) {
@@ -803,14 +869,116 @@ void Store::heartbeat(const std::string& id, int64_t last_applied) {
       .run();
 }
 
-void Store::removeHost(const std::string& id) { prepare("DELETE FROM hosts WHERE id = ?").bind(id).run(); }
+void Store::setHostEvent(const std::string& id, const std::string& event) {
+  prepare("UPDATE hosts SET last_event = ? WHERE id = ?").bind(event).bind(id).run();
+}
+
+void Store::markHostStopped(const std::string& id) {
+  prepare("UPDATE hosts SET stopped = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), "
+          "heartbeat = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?")
+      .bind(id)
+      .run();
+}
+
+void Store::removeHost(const std::string& id) {
+  transaction([&] {
+    prepare("DELETE FROM hosts WHERE id = ?").bind(id).run();
+    prepare("DELETE FROM host_bundles WHERE host = ?").bind(id).run();
+    prepare("DELETE FROM host_queries WHERE host = ?").bind(id).run();
+  });
+}
 
 std::vector<HostRow> Store::hosts() {
-  Stmt s = prepare("SELECT id, pid, started, heartbeat, last_applied FROM hosts ORDER BY started");
+  Stmt s = prepare(
+      "SELECT id, pid, started, heartbeat, last_applied, plugins, login, strata_version, stopped, last_event, "
+      "(julianday('now') - julianday(heartbeat)) * 86400.0 FROM hosts ORDER BY started, id");
   std::vector<HostRow> out;
-  while (s.step()) out.push_back({s.text(0), s.integer(1), s.text(2), s.text(3), s.integer(4)});
+  while (s.step()) {
+    HostRow h;
+    h.id = s.text(0);
+    h.pid = s.integer(1);
+    h.started = s.text(2);
+    h.heartbeat = s.text(3);
+    h.last_applied = s.integer(4);
+    h.plugins = s.text(5);
+    h.login = s.text(6);
+    h.strata_version = s.text(7);
+    h.stopped = s.text(8);
+    h.last_event = s.text(9);
+    h.seconds_since_heartbeat = s.real(10);
+    out.push_back(std::move(h));
+  }
   return out;
 }
+
+void Store::replaceHostBundles(const std::string& host, const std::vector<HostBundleRow>& rows) {
+  transaction([&] {
+    prepare("DELETE FROM host_bundles WHERE host = ?").bind(host).run();
+    for (const auto& r : rows) {
+      prepare("INSERT OR REPLACE INTO host_bundles (host, sha256, name, version, path, state, reason) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?)")
+          .bind(host)
+          .bind(r.sha256)
+          .bind(r.name)
+          .bind(r.version)
+          .bind(r.path)
+          .bind(r.state)
+          .bind(r.reason)
+          .run();
+    }
+  });
+}
+
+std::vector<HostBundleRow> Store::hostBundles(const std::string& host) {
+  Stmt s = prepare(
+      "SELECT host, sha256, name, version, path, state, reason FROM host_bundles WHERE ? = '' OR host = ? "
+      "ORDER BY host, name, version, path");
+  s.bind(host).bind(host);
+  std::vector<HostBundleRow> out;
+  while (s.step()) out.push_back({s.text(0), s.text(1), s.text(2), s.text(3), s.text(4), s.text(5), s.text(6)});
+  return out;
+}
+
+int64_t Store::askHost(const std::string& host, const std::string& query, const std::string& arg) {
+  prepare("INSERT INTO host_queries (host, query, arg) VALUES (?, ?, ?)").bind(host).bind(query).bind(arg).run();
+  return sqlite3_last_insert_rowid(db_);
+}
+
+std::vector<HostQueryRow> Store::pendingQueries(const std::string& host) {
+  Stmt s = prepare("SELECT id, host, query, arg FROM host_queries WHERE host = ? AND answered = 0 ORDER BY id");
+  s.bind(host);
+  std::vector<HostQueryRow> out;
+  while (s.step()) {
+    HostQueryRow r;
+    r.id = s.integer(0);
+    r.host = s.text(1);
+    r.query = s.text(2);
+    r.arg = s.text(3);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void Store::answerQuery(int64_t id, const std::string& answer, const std::string& error) {
+  prepare("UPDATE host_queries SET answered = 1, answer = ?, error = ? WHERE id = ?").bind(answer).bind(error).bind(id).run();
+}
+
+std::optional<HostQueryRow> Store::queryAnswer(int64_t id) {
+  Stmt s = prepare("SELECT id, host, query, arg, answered, answer, error FROM host_queries WHERE id = ?");
+  s.bind(id);
+  if (!s.step()) return std::nullopt;
+  HostQueryRow r;
+  r.id = s.integer(0);
+  r.host = s.text(1);
+  r.query = s.text(2);
+  r.arg = s.text(3);
+  r.answered = s.integer(4) != 0;
+  r.answer = s.text(5);
+  r.error = s.text(6);
+  return r;
+}
+
+void Store::forgetQuery(int64_t id) { prepare("DELETE FROM host_queries WHERE id = ?").bind(id).run(); }
 
 double Store::secondsSinceHeartbeat(const std::string& id) {
   Stmt s = prepare(

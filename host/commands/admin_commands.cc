@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include <QCoreApplication>
+#include <QDeadlineTimer>
 #include <QDateTime>
 #include <QDir>
 #include <QFileInfo>
@@ -27,6 +28,7 @@
 #include "plugin_host.h"
 #include "strata/db/store.h"
 #include "strata/dispatcher.h"
+#include "strata/plugin.h"
 
 Q_DECLARE_LOGGING_CATEGORY(lcHost)
 
@@ -38,6 +40,15 @@ QString q(const std::string& s) { return QString::fromStdString(s); }
 std::string s(const QString& x) { return x.toStdString(); }
 
 std::atomic<int> g_stop_signal{0};
+
+// One shell word: as is when it is plain, else single-quoted.
+QString shellQuoted(const QString& w) {
+  static const QRegularExpression plain("^[A-Za-z0-9_./:@+=,%-]+$");
+  if (plain.match(w).hasMatch()) return w;
+  QString out = "'";
+  for (QChar c : w) out += c == '\'' ? QString("'\\''") : QString(c);
+  return out + "'";
+}
 extern "C" void onStopSignal(int sig) { g_stop_signal.store(sig); }
 
 QJsonObject toJson(const db::BundleRow& b) {
@@ -46,12 +57,22 @@ QJsonObject toJson(const db::BundleRow& b) {
           {"description", q(b.description)}, {"first_seen", q(b.first_seen)}, {"last_loaded", q(b.last_loaded)}};
 }
 
+}  // namespace
+
 bool hostAlive(const db::HostRow& h, db::Store& store) {
-  if (store.secondsSinceHeartbeat(h.id) > 5.0) return false;
+  if (!h.stopped.empty()) return false;
+  if (store.secondsSinceHeartbeat(h.id) > kHostDeadAfterSeconds) return false;
   const QString local = QSysInfo::machineHostName();
   if (q(h.id).startsWith(local + ":") && ::kill(static_cast<pid_t>(h.pid), 0) != 0 && errno == ESRCH) return false;
   return true;
 }
+
+QString hostState(const db::HostRow& h, db::Store& store) {
+  if (!h.stopped.empty()) return "stopped";
+  return hostAlive(h, store) ? "live" : "dead";
+}
+
+namespace {
 
 // Waits until every live host applied `change`; returns the hosts that did not.
 QStringList waitForHosts(db::Store& store, int64_t change, double seconds) {
@@ -64,6 +85,78 @@ QStringList waitForHosts(db::Store& store, int64_t change, double seconds) {
     if (behind.isEmpty() || deadline.hasExpired()) return behind;
     QThread::msleep(20);
   }
+}
+
+// "name     version  state      path\n    reason\n"
+QString bundleLine(const std::string& name, const std::string& version, const std::string& state,
+                   const std::string& path, const std::string& reason) {
+  return q(name).leftJustified(16) + " " + q(version).leftJustified(8) + " " + q(state).leftJustified(10) + " " +
+         q(path) + (reason.empty() ? "" : "\n    " + q(reason)) + "\n";
+}
+
+QJsonObject toJson(const db::HostBundleRow& b) {
+  return {{"name", q(b.name)},   {"version", q(b.version)}, {"path", q(b.path)},
+          {"sha256", q(b.sha256)}, {"state", q(b.state)},   {"reason", q(b.reason)}};
+}
+
+// Every bundle name a host recorded in this store.
+std::vector<std::string> knownBundleNames(db::Store& store) {
+  std::set<std::string> names;
+  for (const auto& b : store.bundles()) names.insert(b.name);
+  for (const auto& b : store.hostBundles()) names.insert(b.name);
+  return {names.begin(), names.end()};
+}
+
+// The hosts `strata hosts` lists: every one whose heartbeat is within the age-out
+// period (older ones are gone at the next host's start).
+std::vector<db::HostRow> listedHosts(db::Store& store) {
+  std::vector<db::HostRow> out;
+  for (auto& h : store.hosts()) {
+    if (h.seconds_since_heartbeat <= static_cast<double>(db::Store::kHostAgeOutSeconds)) out.push_back(std::move(h));
+  }
+  return out;
+}
+
+QString seconds(double t) {
+  if (t < 10) return QString::number(t, 'f', 1) + " s";
+  if (t < 120) return QString::number(static_cast<int>(t)) + " s";
+  if (t < 7200) return QString::number(static_cast<int>(t / 60)) + " min";
+  return QString::number(static_cast<int>(t / 3600)) + " h";
+}
+
+QString hostSummary(const db::HostRow& h, db::Store& store) {
+  const QString state = hostState(h, store);
+  QString out = state;
+  if (state == "stopped") out += " at " + q(h.stopped);
+  else if (state == "dead") out += ": no heartbeat for " + seconds(h.seconds_since_heartbeat);
+  else out += ", heartbeat " + seconds(h.seconds_since_heartbeat) + " ago";
+  out += "; pid " + QString::number(h.pid);
+  if (!h.login.empty()) out += ", started by " + q(h.login);
+  out += " at " + q(h.started);
+  if (!h.plugins.empty()) out += "; plugins " + q(h.plugins);
+  out += "; applied changes up to " + QString::number(h.last_applied);
+  if (!h.last_event.empty()) out += "; last event: " + q(h.last_event);
+  return out;
+}
+
+QJsonObject hostJson(const db::HostRow& h, db::Store& store) {
+  QJsonArray loaded;
+  for (const auto& b : store.hostBundles(h.id)) {
+    if (b.state == "loaded") loaded.append(q(b.name + "@" + b.version));
+  }
+  return {{"id", q(h.id)},
+          {"state", hostState(h, store)},
+          {"pid", static_cast<qint64>(h.pid)},
+          {"login", q(h.login)},
+          {"version", q(h.strata_version)},
+          {"plugins", q(h.plugins)},
+          {"started", q(h.started)},
+          {"heartbeat", q(h.heartbeat)},
+          {"seconds_since_heartbeat", h.seconds_since_heartbeat},
+          {"stopped", h.stopped.empty() ? QJsonValue() : QJsonValue(q(h.stopped))},
+          {"last_applied", static_cast<qint64>(h.last_applied)},
+          {"last_event", q(h.last_event)},
+          {"loaded", loaded}};
 }
 
 // What `plugins trust|untrust ARG` names: a bundle file, NAME@VERSION in the plugin
@@ -171,7 +264,14 @@ std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load
   auto session = std::make_unique<Session>();
   session->store = std::make_unique<db::Store>(s(storeOption(parser)));
   if (load_plugins) {
-    session->host = std::make_unique<PluginHost>(pluginDirOption(parser), session->store.get());
+    const QString dir = pluginDirOption(parser);
+    const bool named = parser.isSet("plugins") || !qEnvironmentVariable("STRATA_PLUGIN_PATH").isEmpty();
+    if (named && !QFileInfo(dir).isDir()) {
+      throw std::runtime_error("the plugin directory " + s(dir) +
+                               (QFileInfo::exists(dir) ? " is not a directory" : " does not exist"));
+    }
+    session->host = std::make_unique<PluginHost>(dir, session->store.get());
+    session->host->setRecording(false);  // Note [What each host runs]: only a serving host writes its view
     applyTrustOptions(parser, *session->host, *session->store);
     session->host->sync();
   }
@@ -224,13 +324,27 @@ int runServeCommand(const QStringList& args) {
     return kExitInvalidInput;
   }
   const QString host_id = QSysInfo::machineHostName() + ":" + QString::number(QCoreApplication::applicationPid());
+  // Each log line once, with its time and category (QT_MESSAGE_PATTERN overrides).
+  qSetMessagePattern("%{time yyyy-MM-ddThh:mm:ss.zzz} %{category} %{if-warning}warning: %{endif}"
+                     "%{if-critical}error: %{endif}%{message}");
   PluginHost host(pluginDirOption(parser), store.get());
   host.setCheckPolicy(check);
+  host.setQueryHandler([](const std::string& query, const std::string& arg) -> std::string {
+    if (query == "dump") return answerDumpQuery(arg);
+    throw std::runtime_error("unknown query '" + query + "' (this host answers: dump)");
+  });
   std::signal(SIGINT, onStopSignal);
   std::signal(SIGTERM, onStopSignal);
+  const QString db_path = QFileInfo(storeOption(parser)).absoluteFilePath();
+  const QString plugin_path = QFileInfo(pluginDirOption(parser)).absoluteFilePath();
   try {
     applyTrustOptions(parser, host, *store);
-    host.serve(host_id);
+    db::HostRow me;
+    me.id = s(host_id);
+    me.pid = QCoreApplication::applicationPid();
+    me.login = s(actorOption(parser));
+    me.strata_version = s(versionText());
+    host.serve(me);
   } catch (const std::exception& e) {
     err << "error: " << e.what() << "\n";
     return kExitInvalidInput;
@@ -240,22 +354,39 @@ int runServeCommand(const QStringList& args) {
     for (const auto& [name, l] : host.loaded()) {
       loaded.append(QJsonObject{{"name", name}, {"version", l.version}, {"path", l.path}});
     }
-    out << QJsonDocument(QJsonObject{{"host", host_id}, {"plugins", pluginDirOption(parser)},
-                                     {"db", storeOption(parser)}, {"loaded", loaded}})
+    out << QJsonDocument(QJsonObject{{"host", host_id}, {"plugins", plugin_path}, {"db", db_path}, {"loaded", loaded}})
                .toJson(QJsonDocument::Compact)
         << "\n";
   } else {
-    out << "strata serve: host " << host_id << "\n  plugins: " << pluginDirOption(parser)
-        << "\n  store:   " << storeOption(parser) << "\n";
-    for (const auto& b : store->bundles()) {
-      if (b.state == "removed") continue;
-      out << "  " << q(b.state).leftJustified(11) << q(b.name) << "@" << q(b.version)
+    out << "strata serve: host " << host_id << "\n  plugins: " << plugin_path << "\n  store:   " << db_path << "\n";
+    for (const auto& b : host.view()) {
+      out << "  " << q(b.state).leftJustified(11) << q(b.name) << (b.version.empty() ? "" : "@" + q(b.version))
           << (b.reason.empty() ? "" : "  (" + q(b.reason) + ")") << "\n";
     }
+    if (host.view().empty()) out << "  (no bundles in the plugin directory yet: it is watched)\n";
+    // The hints carry this host's own --db and --plugins, so they act on this host.
+    const QString db = " --db " + shellQuoted(db_path);
+    const QString plugins = " --plugins " + shellQuoted(plugin_path);
     out << "ready. From another terminal:\n"
-        << "  strata kernel disable extension_cpp::mymuladd cpu --reason \"try the fallback\" --wait\n"
-        << "  strata call extension_cpp::mymuladd ones(3) ones(3) 2.0 --explain\n"
-        << "  strata kernel enable extension_cpp::mymuladd cpu\n";
+        << "  strata hosts" << db << "\n"
+        << "  strata plugins list --host " << host_id << db << "\n";
+    QString op;
+    for (const auto& [name, l] : host.loaded()) {
+      for (const auto& r : Dispatcher::singleton().ownedBy(l.registrar->owner()).registrations) {
+        if (op.isEmpty() && r.what == RegistrationInfo::What::Def) op = q(r.op);
+      }
+    }
+    if (Dispatcher::singleton().findSchema(parseOperatorName("extension_cpp::mymuladd"))) {
+      op = "extension_cpp::mymuladd";
+    }
+    if (!op.isEmpty()) {
+      out << "  strata dump " << op << " --host " << host_id << db << "\n"
+          << "  strata kernel disable " << op << " cpu --reason \"try the fallback\" --wait" << db << "\n";
+      if (op == "extension_cpp::mymuladd") {
+        out << "  strata call extension_cpp::mymuladd ones(3) ones(3) 2.0 --explain" << plugins << db << "\n";
+      }
+      out << "  strata kernel enable " << op << " cpu" << db << "\n";
+    }
   }
   out.flush();
   QTimer stop_timer;
@@ -266,7 +397,7 @@ int runServeCommand(const QStringList& args) {
   QCoreApplication::exec();
   qCInfo(lcHost) << "stopping on signal" << g_stop_signal.load();
   try {
-    store->removeHost(s(host_id));
+    store->markHostStopped(s(host_id));  // Note [What each host runs]: its last view stays, as stopped
   } catch (const db::StoreError& e) {
     err << "warning: " << e.what() << "\n";
   }
@@ -279,7 +410,8 @@ int runPluginsCommand(const QStringList& args) {
       "Bundles: list what the plugin directory holds and what became of each\n"
       "(loaded, rejected, superseded, removed, disabled, with the reason), or change\n"
       "the admin state that every host applies:\n"
-      "  list                  (default) scan the directory and list every bundle\n"
+      "  list                  (default) scan the directory here and list every bundle; with\n"
+      "                        --host ID or --all-hosts, what running hosts loaded instead\n"
       "  show NAME             one bundle's versions, its pin and its registrations\n"
       "  pin NAME VERSION      load VERSION instead of the highest compatible one\n"
       "  unpin NAME\n"
@@ -290,8 +422,13 @@ int runPluginsCommand(const QStringList& args) {
       "  trusted               list the trust list");
   parser.addHelpOption();
   addHostOptions(parser);
-  parser.addOption({"json", "Print JSON."});
+  parser.addOption({"json", "Print JSON (list: an array of bundle objects; with --host or --all-hosts, an array of "
+                            "host objects, as 'strata hosts --json', each with its \"bundles\")."});
   parser.addOption({"reason", "Why (disable/enable), for the audit log.", "TEXT"});
+  parser.addOption({"host", "list: what the running host ID loaded, as it recorded it in the store (ID as 'strata "
+                            "hosts' prints it, or its pid), instead of a scan by this command.",
+                    "ID"});
+  parser.addOption({"all-hosts", "list: what every host on the store recorded, live, stopped and dead."});
   parser.addPositionalArgument("action", "list, show, pin, unpin, disable, enable, trust, untrust or trusted.",
                                "[ACTION]");
   QTextStream out(stdout);
@@ -310,36 +447,94 @@ int runPluginsCommand(const QStringList& args) {
     err << args.first() << " " << action << ": expected " << a->second << " argument(s), got " << pos.size() << "\n";
     return kExitUsage;
   }
+  if ((parser.isSet("host") || parser.isSet("all-hosts")) && action != "list") {
+    err << args.first() << " " << action << ": --host and --all-hosts go with 'list'\n";
+    return kExitUsage;
+  }
+  if (parser.isSet("host") && parser.isSet("all-hosts")) {
+    err << args.first() << ": --host and --all-hosts exclude each other\n";
+    return kExitUsage;
+  }
   try {
+    if (parser.isSet("host") || parser.isSet("all-hosts")) {
+      db::Store store(s(storeOption(parser)));
+      std::vector<db::HostRow> hosts;
+      if (parser.isSet("host")) hosts.push_back(findHost(store, parser.value("host")));
+      else hosts = listedHosts(store);
+      QJsonArray all;
+      for (const auto& h : hosts) {
+        const auto rows = store.hostBundles(h.id);
+        if (parser.isSet("json")) {
+          QJsonObject o = hostJson(h, store);
+          QJsonArray bundles;
+          for (const auto& b : rows) bundles.append(toJson(b));
+          o["bundles"] = bundles;
+          all.append(o);
+          continue;
+        }
+        out << "host " << q(h.id) << " (" << hostSummary(h, store) << ")\n";
+        if (rows.empty()) out << "  (no bundles recorded)\n";
+        for (const auto& b : rows) out << "  " << bundleLine(b.name, b.version, b.state, b.path, b.reason);
+      }
+      if (parser.isSet("json")) out << QJsonDocument(all).toJson(QJsonDocument::Indented);
+      else if (hosts.empty()) out << "no host has used the store " << q(store.path()) << " in the last 24 hours\n";
+      return kExitOk;
+    }
     const bool scan = action == "list" || action == "show";
     auto session = openSession(parser, scan);
     db::Store& store = *session->store;
     const std::string actor = s(actorOption(parser));
     if (action == "list" || action == "show") {
+      // This process's own scan (Note [What each host runs] in store.cc): it writes
+      // nothing, and says that it is not what a running host loaded.
+      std::map<std::string, db::BundleRow> catalog;  // what hosts recorded about each file, by sha256
+      for (auto& b : store.bundles()) catalog[b.sha256] = b;
       QJsonArray rows;
       bool any = false;
-      for (const auto& b : store.bundles()) {
-        if (action == "show" && q(b.name) != pos[0]) continue;
+      const QString dir = pluginDirOption(parser);
+      if (action == "list" && !parser.isSet("json")) {
+        out << "local scan of " << QFileInfo(dir).absoluteFilePath()
+            << " by this command (what running hosts loaded: strata hosts; strata plugins list --host ID)\n";
+      }
+      for (const auto& v : session->host->view()) {
+        if (action == "show" && q(v.name) != pos[0]) continue;
         any = true;
         if (parser.isSet("json")) {
+          db::BundleRow b;
+          if (auto it = catalog.find(v.sha256); it != catalog.end()) b = it->second;
+          b.name = v.name;
+          b.version = v.version;
+          b.path = v.path;
+          b.sha256 = v.sha256;
+          b.state = v.state;
+          b.reason = v.reason;
           rows.append(toJson(b));
           continue;
         }
-        out << q(b.name).leftJustified(16) << " " << q(b.version).leftJustified(8) << " " << q(b.state).leftJustified(10)
-            << " " << q(b.path) << (b.reason.empty() ? "" : "\n    " + q(b.reason)) << "\n";
+        out << bundleLine(v.name, v.version, v.state, v.path, v.reason);
       }
+      if (action == "list" && !any && !parser.isSet("json")) out << "  (no bundles)\n";
       if (action == "show") {
         if (!any) {
-          err << "error: no bundle named '" << pos[0] << "' in " << pluginDirOption(parser) << " or the store\n";
+          std::vector<std::string> names;
+          for (const auto& v : session->host->view()) names.push_back(v.name);
+          for (const auto& name : knownBundleNames(store)) names.push_back(name);
+          err << "error: no bundle named '" << pos[0] << "' in " << dir
+              << q(didYouMean(s(pos[0]), names)) << "\n";
           return kExitInvalidInput;
         }
         for (const auto& p : store.pins()) {
           if (q(p.name) == pos[0] && !parser.isSet("json")) out << "pinned to " << q(p.version) << " by " << q(p.actor) << "\n";
         }
-        for (const auto& r : store.registrations()) {
-          if (!q(r.owner).startsWith(pos[0] + "@")) continue;
-          if (parser.isSet("json")) continue;
-          out << "  " << q(r.op) << "  " << q(r.key) << "  " << q(r.kind) << "  owner=" << q(r.owner) << "\n";
+        if (auto it = session->host->loaded().find(pos[0]); it != session->host->loaded().end() && !parser.isSet("json")) {
+          const Dispatcher::Owned owned = Dispatcher::singleton().ownedBy(it->second.registrar->owner());
+          for (const auto& r : owned.registrations) {
+            const char* key = r.what == RegistrationInfo::What::Def ? "def" : toString(r.key);
+            out << "  " << q(r.op) << "  " << key << "  " << q(r.kind) << "  owner=" << q(r.owner) << "\n";
+          }
+          for (const auto& r : owned.rules) {
+            out << "  " << q(r.op) << "  " << q(r.kind + "[" + r.target + "]") << "  rule  owner=" << q(r.owner) << "\n";
+          }
         }
       }
       if (parser.isSet("json")) out << QJsonDocument(rows).toJson(QJsonDocument::Indented);
@@ -395,6 +590,13 @@ int runPluginsCommand(const QStringList& args) {
       err << "error: cannot pin " << pos[0] << " to '" << pos[1]
           << "': not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.0.0); nothing was changed\n";
       return kExitInvalidInput;
+    }
+    if (action == "pin" || action == "disable") {
+      const std::vector<std::string> known = knownBundleNames(store);
+      if (std::find(known.begin(), known.end(), name) == known.end()) {
+        err << "warning: no host on " << q(store.path()) << " has seen a bundle named " << pos[0]
+            << "; the change is kept and applies when one arrives" << q(didYouMean(name, known)) << "\n";
+      }
     }
     int64_t change = 0;
     if (action == "pin") change = store.pin(name, s(pos[1]), actor);
@@ -586,6 +788,112 @@ int runAuditCommand(const QStringList& args) {
       }
     }
     if (parser.isSet("json")) out << QJsonDocument(all).toJson(QJsonDocument::Indented);
+    return kExitOk;
+  } catch (const std::exception& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitInvalidInput;
+  }
+}
+
+QString versionText() {
+  return QString("%1 (SDK ABI %2.%3, store schema %4)")
+      .arg(QCoreApplication::applicationVersion())
+      .arg(STRATA_SDK_ABI_MAJOR)
+      .arg(STRATA_SDK_ABI_MINOR)
+      .arg(db::Store::kSchemaVersion);
+}
+
+db::HostRow findHost(db::Store& store, const QString& id) {
+  const std::vector<db::HostRow> hosts = store.hosts();
+  std::vector<db::HostRow> found;
+  for (const auto& h : hosts) {
+    if (q(h.id) == id) return h;
+  }
+  bool numeric = false;
+  const qint64 pid = id.toLongLong(&numeric);
+  for (const auto& h : hosts) {
+    if ((numeric && h.pid == pid) || (!id.isEmpty() && q(h.id).startsWith(id))) found.push_back(h);
+  }
+  if (found.size() == 1) return found.front();
+  std::vector<std::string> ids;
+  for (const auto& h : (found.empty() ? hosts : found)) ids.push_back(h.id);
+  if (found.size() > 1) {
+    STRATA_FAIL(Value, "'", id.toStdString(), "' names ", found.size(), " hosts on ", store.path(), ": ",
+                didYouMean(ids).substr(2), " (give the whole id)");
+  }
+  STRATA_FAIL(Value, "no host '", id.toStdString(), "' on the store ", store.path(),
+              hosts.empty() ? std::string(" (no host has used it: start one with 'strata serve --db " + store.path() + "')")
+                            : didYouMean(id.toStdString(), ids) + " ('strata hosts' lists them)");
+}
+
+std::string askRunningHost(db::Store& store, const db::HostRow& host, const std::string& query,
+                           const std::string& arg, double seconds_to_wait) {
+  if (!hostAlive(host, store)) {
+    STRATA_FAIL(Value, "host ", host.id, " is ", s(hostSummary(host, store)),
+                ": only a running host can answer; 'strata plugins list --host ", host.id,
+                "' shows what it last recorded");
+  }
+  const int64_t id = store.askHost(host.id, query, arg);
+  QDeadlineTimer deadline(static_cast<qint64>(seconds_to_wait * 1000));
+  for (;;) {
+    const std::optional<db::HostQueryRow> a = store.queryAnswer(id);
+    if (a && a->answered) {
+      store.forgetQuery(id);
+      if (!a->error.empty()) STRATA_FAIL(Value, "host ", host.id, ": ", a->error);
+      return a->answer;
+    }
+    if (!a) STRATA_FAIL(Value, "host ", host.id, " restarted before it answered; ask again");
+    if (deadline.hasExpired()) {
+      store.forgetQuery(id);
+      throw HostTimeoutError("host " + host.id + " did not answer within " +
+                             QString::number(seconds_to_wait).toStdString() + " s (is its event loop busy?)");
+    }
+    QThread::msleep(10);
+  }
+}
+
+int runHostsCommand(const QStringList& args) {
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      "List the hosts that use the store: live ones (heartbeating), stopped ones (they\n"
+      "stopped cleanly) and dead ones (no heartbeat for 5 s), each with its plugin\n"
+      "directory, who started it, the last admin change it applied, its last event and\n"
+      "the bundles it loaded. Hosts silent for 24 hours are left out, and forgotten when\n"
+      "the next host starts. 'strata plugins list --host ID' shows one host's bundles\n"
+      "in full; 'strata dump OP --host ID' asks a running host for its dispatch table.");
+  parser.addHelpOption();
+  addHostOptions(parser, false);
+  parser.addOption({"json", "Print a JSON array of host objects: id, state (live, stopped, dead), pid, login, "
+                            "version, plugins, started, heartbeat, seconds_since_heartbeat, stopped, "
+                            "last_applied, last_event, loaded (NAME@VERSION strings)."});
+  QTextStream out(stdout);
+  QTextStream err(stderr);
+  if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
+  if (!parser.positionalArguments().isEmpty()) {
+    err << args.first() << ": takes no arguments\n" << helpText(parser, args.first());
+    return kExitUsage;
+  }
+  try {
+    db::Store store(s(storeOption(parser)));
+    const std::vector<db::HostRow> hosts = listedHosts(store);
+    if (parser.isSet("json")) {
+      QJsonArray all;
+      for (const auto& h : hosts) all.append(hostJson(h, store));
+      out << QJsonDocument(all).toJson(QJsonDocument::Indented);
+      return kExitOk;
+    }
+    if (hosts.empty()) {
+      out << "no host has used the store " << q(store.path()) << " in the last 24 hours\n";
+      return kExitOk;
+    }
+    for (const auto& h : hosts) {
+      QStringList loaded;
+      for (const auto& b : store.hostBundles(h.id)) {
+        if (b.state == "loaded") loaded << q(b.name + "@" + b.version);
+      }
+      out << q(h.id) << "  " << hostSummary(h, store) << "\n    loaded: "
+          << (loaded.isEmpty() ? QString("(nothing)") : loaded.join(", ")) << "\n";
+    }
     return kExitOk;
   } catch (const std::exception& e) {
     err << "error: " << e.what() << "\n";

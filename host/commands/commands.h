@@ -1,7 +1,7 @@
 // The strata subcommands. Each takes its own arguments (argv[0] first, e.g.
 // "strata schema") and returns the process exit status:
 //   0 success, 1 some input was invalid (or an operation failed), 2 the command line
-//   itself was wrong, 3 a --wait timed out.
+//   itself was wrong, 3 a --wait timed out (or a host did not answer in time).
 #pragma once
 
 #include <QCommandLineParser>
@@ -10,11 +10,13 @@
 #include <QTextStream>
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace strata::db {
 class Store;
+struct HostRow;
 }
 
 namespace strata::host {
@@ -43,6 +45,31 @@ struct Session {
   ~Session();
 };
 std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load_plugins);
+
+// "0.1.0 (SDK ABI 3.0, store schema 5)": what `strata --version` prints after "strata ".
+QString versionText();
+
+// A host is live while it heartbeats (every second) and has not stopped; one silent
+// this long is dead (killed, or its machine is gone).
+inline constexpr double kHostDeadAfterSeconds = 5.0;
+bool hostAlive(const db::HostRow& h, db::Store& store);
+// "live", "stopped" (it stopped cleanly) or "dead".
+QString hostState(const db::HostRow& h, db::Store& store);
+// The host `id` names in the store: exact, else the one whose id starts with it
+// or whose pid it is. Throws strata::Error naming the known hosts when none or
+// several match.
+db::HostRow findHost(db::Store& store, const QString& id);
+// Asks the running host a question through the store and waits up to `seconds`
+// for the answer (Note [What each host runs] in store.cc). Throws strata::Error
+// when the host is not live or answers with an error, HostTimeoutError when it
+// does not answer in time.
+struct HostTimeoutError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+std::string askRunningHost(db::Store& store, const db::HostRow& host, const std::string& query,
+                           const std::string& arg, double seconds);
+// The answer to "dump OP": {"text": ..., "json": {...}} (what `strata dump` prints).
+std::string answerDumpQuery(const std::string& op);
 
 // QCommandLineParser's help names the binary (argv[0]); ours names the
 // subcommand ("Usage: strata schema [options] ...").
@@ -90,6 +117,7 @@ int runServeCommand(const QStringList& args);
 int runPluginsCommand(const QStringList& args);
 int runKernelCommand(const QStringList& args);
 int runAuditCommand(const QStringList& args);
+int runHostsCommand(const QStringList& args);
 int runCallCommand(const QStringList& args);
 int runBenchCommand(const QStringList& args);
 

@@ -1,6 +1,7 @@
 // strata ops / dump / call: the dispatcher from the command line.
 #include <algorithm>
 #include <QCommandLineParser>
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -371,15 +372,24 @@ int runModesCommand(const QStringList& args) {
   QCommandLineParser parser;
   parser.setApplicationDescription(
       "List the dispatch mode types 'strata call --mode NAME' can push: the built-in\n"
-      "trace, log and passthrough modes and those bundles bring, with their owners.");
+      "trace, log and passthrough modes and those the bundles in the plugin directory\n"
+      "bring (loaded by this command, as 'strata call' loads them), with their owners.");
   parser.addHelpOption();
   parser.addOption({"json", "Print a JSON array: name, description, owner, debug."});
+  addHostOptions(parser);
   QTextStream out(stdout);
   QTextStream err(stderr);
   if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
   if (!parser.positionalArguments().isEmpty()) {
     err << args.first() << ": takes no arguments\n" << helpText(parser, args.first());
     return kExitUsage;
+  }
+  std::unique_ptr<Session> session;
+  try {
+    session = openSession(parser, true);
+  } catch (const std::exception& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitInvalidInput;
   }
   const auto types = modes::mode_types();
   if (parser.isSet("json")) {
@@ -397,6 +407,14 @@ int runModesCommand(const QStringList& args) {
   return kExitOk;
 }
 
+std::string answerDumpQuery(const std::string& op) {
+  const OperatorName name = parseOperatorName(op);
+  STRATA_CHECK(Dispatcher::singleton().findOp(name).has_value(), NotImplemented, "no operator named ", name.str(),
+               didYouMean(name.str(), liveOperatorNames()));
+  const QJsonObject o{{"text", q(Dispatcher::singleton().dump(name))}, {"json", opJson(name, true)}};
+  return QJsonDocument(o).toJson(QJsonDocument::Compact).toStdString();
+}
+
 int runDumpCommand(const QStringList& args) {
   QCommandLineParser parser;
   parser.setApplicationDescription(
@@ -405,7 +423,11 @@ int runDumpCommand(const QStringList& args) {
       "key's slot computes to, with the reason (kernel, default kernel, composite\n"
       "implicit kernel, autograd kernel, backend fallback, fallthrough, missing).");
   parser.addHelpOption();
-  parser.addOption({"json", "Print the same as a JSON object."});
+  parser.addOption({"json", "Print the same as a JSON object (name, schema, tags, alias_analysis, registrations, "
+                            "table)."});
+  parser.addOption({"host", "Ask the running host ID (as 'strata hosts' prints it, or its pid) for its table, "
+                            "instead of loading the plugin directory in this command.",
+                    "ID"});
   addHostOptions(parser);
   parser.addPositionalArgument("op", "The operator: ns::name or ns::name.overload.", "OP");
   QTextStream out(stdout);
@@ -416,16 +438,35 @@ int runDumpCommand(const QStringList& args) {
     return kExitUsage;
   }
   try {
+    const std::string op = parser.positionalArguments().first().toStdString();
+    if (parser.isSet("host")) {
+      parseOperatorName(op);  // a malformed name is this command's error, not the host's
+      db::Store store(storeOption(parser).toStdString());
+      const db::HostRow h = findHost(store, parser.value("host"));
+      const QJsonObject answer = QJsonDocument::fromJson(QByteArray::fromStdString(askRunningHost(store, h, "dump", op, 5.0))).object();
+      if (parser.isSet("json")) {
+        out << QJsonDocument(answer["json"].toObject()).toJson(QJsonDocument::Indented);
+      } else {
+        out << "host " << q(h.id) << " (plugins " << q(h.plugins) << "):\n" << answer["text"].toString();
+      }
+      return kExitOk;
+    }
     auto session = openSession(parser, true);
-    const OperatorName name = parseOperatorName(parser.positionalArguments().first().toStdString());
+    const OperatorName name = parseOperatorName(op);
     STRATA_CHECK(Dispatcher::singleton().findOp(name).has_value(), NotImplemented, "no operator named ", name.str(),
                  didYouMean(name.str(), liveOperatorNames()));
     if (parser.isSet("json")) {
       out << QJsonDocument(opJson(name, true)).toJson(QJsonDocument::Indented);
     } else {
       out << q(Dispatcher::singleton().dump(name));
+      // Note [What each host runs]: this is this process's table, not a host's.
+      out << "(this table is from this command's own load of " << QFileInfo(pluginDirOption(parser)).absoluteFilePath()
+          << "; a running host's: strata dump " << q(name.str()) << " --host ID)\n";
     }
     return kExitOk;
+  } catch (const HostTimeoutError& e) {
+    err << "error: " << e.what() << "\n";
+    return kExitTimeout;
   } catch (const std::exception& e) {
     err << "error: " << e.what() << "\n";
     return kExitInvalidInput;
@@ -498,8 +539,14 @@ Stack callUnderVmap(const OperatorHandle& op, Stack stack, const std::string& in
       s[where[k].arg] = IValue(std::move(list));
     }
     if (with_explain) {
-      const Explanation ex = explain(op, std::move(s));
+      std::exception_ptr failure;
+      const Explanation ex = explain(op, std::move(s), &failure);
       explanation = ex.str();
+      if (failure) {
+        out << q(explanation) << "failed at the last step above\n";
+        out.flush();
+        std::rethrow_exception(failure);
+      }
       s = ex.results;
     } else {
       op.callBoxed(s);
@@ -527,7 +574,11 @@ int runCallCommand(const QStringList& args) {
       "  dtypes float16 f16   devices cpu meta\n"
       "  tensors [1,2,3]  [[1,2],[3,4]]:f16  [1.5,2]  ones(2,3)  zeros(4)  randn(3)  rand(2)\n"
       "          arange(5), with ':' modifiers: a dtype, a device, requires_grad\n"
-      "          (ones(2,3):meta, randn(3):f64:requires_grad)\n"
+      "          (ones(2,3):meta, randn(3):f64:requires_grad), then PyTorch's methods:\n"
+      "          arange(4).reshape(2,2)  ones(2,3).to(f16)  randn(2,3).t().contiguous()\n"
+      "          (.reshape .view .to .float .double .half .bfloat16 .int .long .bool .t .T .mT\n"
+      "           .transpose .permute .unsqueeze .squeeze .expand .narrow .select .contiguous\n"
+      "           .clone .detach .requires_grad_)\n"
       "  tensor lists [ones(2),[1,2]]\n"
       "Options may come anywhere; negative numbers are arguments, not options.");
   parser.addHelpOption();
@@ -653,8 +704,14 @@ int runCallCommand(const QStringList& args) {
     if (parser.isSet("vmap")) {
       stack = callUnderVmap(op, std::move(stack), parser.value("vmap").toStdString(), parser.isSet("explain"), out);
     } else if (parser.isSet("explain")) {
-      const Explanation ex = explain(op, std::move(stack));
+      std::exception_ptr failure;
+      const Explanation ex = explain(op, std::move(stack), &failure);
       out << q(ex.str());
+      if (failure) {
+        out << (ex.steps.empty() ? "failed before any kernel ran\n" : "failed at the last step above\n");
+        out.flush();
+        std::rethrow_exception(failure);
+      }
       stack = ex.results;
       out << "result:\n";
     } else {

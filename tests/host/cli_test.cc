@@ -27,7 +27,14 @@ Result run(const std::string& args, const std::string& input = "", const std::st
   // One file per test process: ctest -j runs tests of this binary side by side.
   const std::string in_path = ::testing::TempDir() + "/strata_cli_stdin." + std::to_string(::getpid()) + ".txt";
   std::ofstream(in_path) << input;
-  const std::string cmd = (env.empty() ? "" : env + " ") + std::string(STRATA_CLI) + " " + args + " < " + in_path + " 2>&1";
+  // Each test its own store: a command given no --db uses $STRATA_DB, never a
+  // strata.db that tests running side by side would share.
+  const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string own_db = ::testing::TempDir() + "/strata_cli." + std::to_string(::getpid()) + "." +
+                             (test != nullptr ? std::string(test->test_suite_name()) + "." + test->name() : "none") +
+                             ".db";
+  const std::string cmd = "STRATA_DB=" + own_db + " " + (env.empty() ? "" : env + " ") + std::string(STRATA_CLI) +
+                          " " + args + " < " + in_path + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
@@ -299,14 +306,15 @@ TEST(CliEveryCommand, BadCommandLinesGiveUsageOrInputErrorsNeverACrash) {
   const std::string db = " --db " + dir + "/s.db --plugins " + dir;
   const std::string huge = "99999999999999999999999999999999";
   const std::string long_arg(100000, 'a');
-  const char* commands[] = {"serve", "plugins", "kernel", "audit", "schema", "ops", "dump", "call", "check", "modes",
-                            "bench", "demo"};
+  const char* commands[] = {"serve", "plugins", "kernel", "audit", "schema", "ops",  "dump",
+                            "call",  "check",   "modes",  "bench", "demo",   "hosts"};
   const std::vector<std::string> tails = {
       "--no-such-option",       "--db",          "--plugins",       "--since",       "--wait",
       "--check=sometimes",      "--filter",      "--mode nosuch",   "--seed x",      "--seed " + huge,
       "--wait -1",              "--wait " + huge, "frobnicate",       huge,            "-" + huge,
       long_arg,                 "''",            "--json --json",   "'\xff\xfe'",    "--db '/tmp/\xff.db'",
-      "--vmap 0,,1",            "--autocast x",  "--repetitions " + huge,
+      "--vmap 0,,1",            "--autocast x",  "--repetitions " + huge, "--host",
+      "--host nosuchhost",      "--all-hosts --host x",
   };
   for (const char* c : commands) {
     for (const std::string& t : tails) {
@@ -366,7 +374,9 @@ struct ServeProcess {
     if (pid == 0) {
       if (logging_rules != nullptr) setenv("QT_LOGGING_RULES", logging_rules, 1);
       const std::string log = dir + "/serve.log";
-      freopen(log.c_str(), "w", stdout);
+      // Both in append mode: each write lands at the end, so neither overwrites the other.
+      if (FILE* f = fopen(log.c_str(), "w")) fclose(f);
+      freopen(log.c_str(), "a", stdout);
       freopen(log.c_str(), "a", stderr);
       execl(STRATA_CLI, STRATA_CLI, "serve", "--plugins", plugins.c_str(), "--db", db.c_str(), extra_option,
             nullptr);
@@ -425,6 +435,202 @@ TEST(ServeEndToEnd, TwoIdleHostsOnOneStoreDoNotWakeEachOther) {
   EXPECT_EQ(a.stop(), 0);
   EXPECT_EQ(b.stop(), 0);
   std::system(("rm -rf " + dir).c_str());
+}
+
+// The id a serve log names ("strata serve: host ID").
+std::string hostIdIn(const std::string& log) {
+  const std::string mark = "strata serve: host ";
+  const size_t at = log.find(mark);
+  if (at == std::string::npos) return "";
+  return log.substr(at + mark.size(), log.find('\n', at) - at - mark.size());
+}
+
+// Note [What each host runs]: two hosts on one store, each with its own directory,
+// each report what they run; the CLI's own scans, even of a mistyped directory,
+// change nothing a host recorded; a running host answers dump; a stopped one says so.
+TEST(HostsView, EachHostReportsWhatItRunsAndOnlyItWritesIt) {
+  char tmpl[] = "/tmp/strata-hosts-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string db = dir + "/s.db";
+  ASSERT_EQ(std::system(("mkdir -p " + dir + "/pa " + dir + "/pb " + dir + "/a " + dir + "/b && cp " STRATA_PLUGIN_BUILD_DIR
+                         "/libmuladd_1_1_0.so " + dir + "/pa && cp " STRATA_PLUGIN_BUILD_DIR "/libmylib.so " + dir + "/pb")
+                            .c_str()),
+            0);
+  ServeProcess a(dir + "/a", dir + "/pa", db);
+  ServeProcess b(dir + "/b", dir + "/pb", db);
+  a.waitFor("ready.", 100);
+  b.waitFor("ready.", 100);
+  const std::string ida = hostIdIn(a.log()), idb = hostIdIn(b.log());
+  ASSERT_FALSE(ida.empty()) << a.log();
+  ASSERT_FALSE(idb.empty()) << b.log();
+  // serve's hints carry its own store and directory.
+  EXPECT_THAT(a.log(), HasSubstr("--wait --db " + db + "\n"));
+  EXPECT_THAT(a.log(), HasSubstr("--plugins " + dir + "/pa --db " + db + "\n"));
+  EXPECT_THAT(a.log(), HasSubstr("strata dump extension_cpp::mymuladd --host " + ida + " --db " + db + "\n"));
+
+  Result r = run("hosts --db " + db);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(ida + "  live, heartbeat "));
+  EXPECT_THAT(r.out, HasSubstr("plugins " + dir + "/pa;"));
+  EXPECT_THAT(r.out, HasSubstr("loaded: muladd@1.1.0\n"));
+  EXPECT_THAT(r.out, HasSubstr("loaded: mylib@1.0.0\n"));
+  r = run("hosts --json --db " + db);
+  EXPECT_THAT(r.out, HasSubstr("\"id\": \"" + ida + "\""));
+  EXPECT_THAT(r.out, HasSubstr("\"state\": \"live\""));
+  EXPECT_THAT(r.out, HasSubstr("\"version\": \"0.1.0 (SDK ABI 3.0"));
+
+  r = run("plugins list --host " + ida + " --db " + db);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("muladd           1.1.0    loaded"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("mylib")));
+  r = run("plugins list --all-hosts --json --db " + db);
+  EXPECT_THAT(r.out, HasSubstr("\"bundles\": ["));
+  EXPECT_THAT(r.out, HasSubstr("\"name\": \"mylib\""));
+  EXPECT_THAT(r.out, HasSubstr("\"name\": \"muladd\""));
+  r = run("plugins list --host nosuch --db " + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("no host 'nosuch' on the store"));
+
+  // A mistyped directory is an error, and a scan writes nothing a host recorded.
+  r = run("plugins list --plugins " + dir + "/typo --db " + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("the plugin directory " + dir + "/typo does not exist"));
+  r = run("plugins list --plugins " + dir + "/a --db " + db);  // exists, holds no bundle
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("local scan of " + dir + "/a by this command"));
+  EXPECT_EQ(std::system(("test \"$(sqlite3 " + db + " \"SELECT COUNT(*) FROM bundles WHERE state = 'removed'\")\" = 0")
+                            .c_str()),
+            0);
+  EXPECT_THAT(run("plugins list --host " + idb + " --db " + db).out, HasSubstr("mylib            1.0.0    loaded"));
+
+  // A running host answers for its own table; its own errors come back.
+  r = run("dump mylib::sin --host " + idb + " --db " + db);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("host " + idb + " (plugins " + dir + "/pb):\nname: mylib::sin"));
+  r = run("dump mylib::sin --json --host " + idb + " --db " + db);
+  EXPECT_THAT(r.out, HasSubstr("\"owner\": \"mylib@1.0.0\""));
+  r = run("dump mylib::sin --host " + ida + " --db " + db);  // host a has no mylib
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("host " + ida + ": no operator named mylib::sin"));
+
+  EXPECT_EQ(a.stop(), 0);
+  r = run("hosts --db " + db);
+  EXPECT_THAT(r.out, HasSubstr(ida + "  stopped at "));
+  r = run("dump core::sin --host " + ida + " --db " + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("only a running host can answer"));
+  EXPECT_THAT(run("plugins list --host " + ida + " --db " + db).out, HasSubstr("(stopped at "));
+
+  // A host silent for long is dead, then forgotten: hidden after a day, and deleted
+  // with its view when the next host starts.
+  ASSERT_EQ(std::system(("sqlite3 " + db + " \"INSERT INTO hosts (id, pid, heartbeat) VALUES ('gone:1', 1, "
+                         "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-60 seconds')), ('ancient:2', 2, "
+                         "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-2 days')); INSERT INTO host_bundles VALUES "
+                         "('ancient:2', 'x', 'x', '1.0.0', '/x', 'loaded', '')\"").c_str()),
+            0);
+  r = run("hosts --db " + db);
+  EXPECT_THAT(r.out, HasSubstr("gone:1  dead: no heartbeat for "));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("ancient:2")));
+  ASSERT_EQ(std::system(("mkdir -p " + dir + "/c").c_str()), 0);
+  ServeProcess c(dir + "/c", dir + "/pa", db);
+  c.waitFor("ready.", 100);
+  EXPECT_EQ(std::system(("test \"$(sqlite3 " + db + " \"SELECT COUNT(*) FROM hosts WHERE id = 'ancient:2'; "
+                         "SELECT COUNT(*) FROM host_bundles WHERE host = 'ancient:2'\")\" = \"$(printf '0\\n0')\"")
+                            .c_str()),
+            0);
+  EXPECT_EQ(c.stop(), 0);
+  EXPECT_EQ(b.stop(), 0);
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// serve: a missing directory is an error (never created); each log line once, with
+// a timestamp and a category.
+TEST(ServeEndToEnd, RefusesAMissingDirectoryAndLogsEachChangeOnceWithATime) {
+  char tmpl[] = "/tmp/strata-log-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string db = dir + "/s.db";
+  Result r = run("serve --plugins " + dir + "/typo --db " + db, "", "timeout 20");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("the plugin directory " + dir + "/typo does not exist"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/typo"));
+
+  ASSERT_EQ(std::system(("mkdir -p " + dir + "/p && cp " STRATA_PLUGIN_BUILD_DIR "/libmylib.so " + dir + "/p").c_str()), 0);
+  ServeProcess serve(dir, dir + "/p", db);
+  serve.waitFor("ready.", 100);
+  ASSERT_EQ(std::system(("cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_1_0.so " + dir + "/p").c_str()), 0);
+  serve.waitFor("loaded muladd@1.1.0", 60);
+  usleep(300000);
+  EXPECT_EQ(serve.stop(), 0);
+  const std::string log = serve.log();
+  auto count = [&](const std::string& text) {
+    size_t n = 0;
+    for (size_t at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("strata.host loaded muladd@1.1.0"), 1u) << log;
+  EXPECT_EQ(count("strata.host loaded mylib@1.0.0"), 1u) << log;
+  EXPECT_EQ(count("strata.host unloaded mylib@1.0.0"), 1u) << log;
+  // "2026-11-25T10:00:00.123 strata.host loaded muladd@1.1.0 from ..."
+  const size_t line = log.rfind('\n', log.find("loaded muladd@1.1.0")) + 1;
+  const std::string head = log.substr(line, 36);
+  EXPECT_TRUE(head.size() == 36 && head[4] == '-' && head[10] == 'T' && head[19] == '.' &&
+              head.substr(24, 12) == "strata.host ")
+      << head;
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST(CliTest, VersionNamesTheSdkAbiAndTheStoreSchema) {
+  const Result r = run("--version");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "strata 0.1.0 (SDK ABI 3.0, store schema 5)\n");
+}
+
+// A failing call still explains itself, up to the step that failed.
+TEST(CliCallTest, ExplainOfAFailingCallPrintsTheStepsUpToTheFailure) {
+  Result r = run("call core::mul 'ones(2):requires_grad' 'ones(3)' --explain");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("chosen: AutogradCPU -> autograd kernel"));
+  EXPECT_THAT(r.out, HasSubstr("redispatch core::mul.Tensor (boxed)  keys=DispatchKeySet(CPU) -> CPU: kernel"));
+  EXPECT_THAT(r.out, HasSubstr("failed at the last step above\n"));
+  EXPECT_THAT(r.out, HasSubstr("error: The size of tensor a (2) must match the size of tensor b (3)"));
+  r = run("call core::mul 'ones(2,2)' 'ones(2,3)' --explain --vmap 0");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("failed at the last step above\n"));
+}
+
+// The method-style literals PyTorch users type; an unknown method lists them all.
+TEST(CliCallTest, TensorLiteralsTakePyTorchsMethods) {
+  Result r = run("call core::neg 'arange(4).reshape(2,2)'");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "tensor([[ 0, -1],\n        [-2, -3]])\n");
+  r = run("call core::neg 'ones(2,3).to(f16)'");
+  EXPECT_EQ(r.out, "tensor([[-1., -1., -1.],\n        [-1., -1., -1.]], dtype=float16)\n");
+  r = run("call core::add 'arange(6).view(2,3).T' 'ones(3,2).to(dtype=torch.int64)'");
+  EXPECT_EQ(r.out, "tensor([[1, 4],\n        [2, 5],\n        [3, 6]])\n");
+  r = run("call core::neg 'arange(4):f32.reshape(2,2).requires_grad_()'");
+  EXPECT_THAT(r.out, HasSubstr("grad_fn=<NegBackward0>"));
+  r = run("call core::cat '[arange(2).float(),ones(2).unsqueeze(0).squeeze(0)]'");
+  EXPECT_EQ(r.out, "tensor([0., 1., 1., 1.])\n");
+  r = run("call core::neg 'ones(2).frobnicate()'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("unknown method '.frobnicate' (the methods are .reshape(2,3)"));
+  r = run("call core::neg 'ones(1).expand(100000000)'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("more than 16777216 elements"));
+  r = run("call core::neg 'ones(2).reshape(3)'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("shape [3] is invalid for input of size 2"));
+  r = run("call core::neg 'ones(2).to(warp)'");
+  EXPECT_THAT(r.out, HasSubstr("'warp' is neither a dtype"));
+}
+
+// strata modes lists the mode types bundles bring, as call --mode finds them.
+TEST(CliModes, ListsTheModesBundlesBring) {
+  const Result r = run("modes --plugins " STRATA_PLUGIN_BUILD_DIR);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("flop_counter "));
+  EXPECT_THAT(r.out, HasSubstr("[owner flop_counter@1.0.0]"));
+  EXPECT_THAT(r.out, HasSubstr("trace "));
 }
 
 // The admin commands' bad input: each a clear error naming the thing, with its exit code.
@@ -705,9 +911,11 @@ TEST(ServeEndToEnd, DisableWithWaitPickUpANewVersionAndStopOnSigterm) {
   r = run("plugins list" + opts);
   EXPECT_THAT(r.out, ::testing::HasSubstr("1.1.0    loaded"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("1.0.0    superseded"));
-  EXPECT_EQ(std::system(("test \"$(sqlite3 " + db + " 'PRAGMA integrity_check; SELECT COUNT(*) FROM hosts;')\" = "
-                         "\"$(printf 'ok\\n0')\"").c_str()),
+  // A clean stop keeps the host's row, marked stopped (Note [What each host runs]).
+  EXPECT_EQ(std::system(("test \"$(sqlite3 " + db + " \"PRAGMA integrity_check; SELECT COUNT(*) FROM hosts WHERE "
+                         "stopped = '';\")\" = \"$(printf 'ok\\n0')\"").c_str()),
             0);
+  EXPECT_THAT(run("hosts --db " + db).out, HasSubstr("stopped at "));
   std::system(("rm -rf " + dir).c_str());
 }
 

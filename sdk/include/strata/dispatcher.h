@@ -52,6 +52,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -240,6 +241,7 @@ class STRATA_API OperatorHandle {
   friend class OperatorEntry;
   friend class KernelHandle;
   friend STRATA_API Explanation explain(const OperatorHandle& op, Stack stack);
+  friend STRATA_API Explanation explain(const OperatorHandle& op, Stack stack, std::exception_ptr* failure);
 };
 
 template <typename Return, typename... Args>
@@ -585,6 +587,11 @@ STRATA_API std::string dump(std::string_view op);
 // contributed, the TLS sets, the final set, the key and kernel chosen (with owner),
 // and every dispatch that followed on this thread during the call.
 STRATA_API Explanation explain(const OperatorHandle& op, Stack stack);
+// The same, for when the call may fail: an exception from the arguments' check or
+// from any layer is caught into *failure, and the explanation holds every step up to
+// the failure (the last step is where it failed; results are empty). strata call
+// --explain prints it, since a failing call is when the explanation matters most.
+STRATA_API Explanation explain(const OperatorHandle& op, Stack stack, std::exception_ptr* failure);
 
 namespace detail {
 STRATA_API bool dispatchObservedOnThisThread();

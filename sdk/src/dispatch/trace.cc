@@ -145,12 +145,24 @@ void set_dispatch_trace_sink(std::function<void(std::string_view)> sink) {
   g_sink = sink ? new std::function<void(std::string_view)>(std::move(sink)) : nullptr;
 }
 
-Explanation explain(const OperatorHandle& op, Stack stack) {
+Explanation explain(const OperatorHandle& op, Stack stack) { return explain(op, std::move(stack), nullptr); }
+
+Explanation explain(const OperatorHandle& op, Stack stack, std::exception_ptr* failure) {
   Explanation ex;
   ex.op = op.name();
   const FunctionSchema& schema = op.schema();
   const OperatorInfo* info = op.entry_->info.load(std::memory_order_acquire);
-  info->checkArguments(stack);
+  if (failure != nullptr) {
+    *failure = nullptr;
+    try {
+      info->checkArguments(stack);
+    } catch (...) {
+      *failure = std::current_exception();
+      return ex;
+    }
+  } else {
+    info->checkArguments(stack);
+  }
   for (size_t i : info->tensor_args) {
     ex.arguments.push_back({schema.arguments()[i].name, OperatorInfo::keysOfValue(stack[i])});
   }
@@ -178,7 +190,16 @@ Explanation explain(const OperatorHandle& op, Stack stack) {
       tls_depth = depth;
     }
   } capture(&ex.steps);
-  op.callBoxed(stack);
+  if (failure == nullptr) {
+    op.callBoxed(stack);
+  } else {
+    try {
+      op.callBoxed(stack);
+    } catch (...) {
+      *failure = std::current_exception();
+      return ex;
+    }
+  }
   ex.results = std::move(stack);
   return ex;
 }

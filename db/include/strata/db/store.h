@@ -61,11 +61,33 @@ struct TrustRow {
   std::string sha256, name, version, actor, time;
 };
 
+// A host on the store (Note [What each host runs] in store.cc).
 struct HostRow {
-  std::string id;
+  std::string id;  // "hostname:pid"
   int64_t pid = 0;
   std::string started, heartbeat;
-  int64_t last_applied = 0;
+  int64_t last_applied = 0;  // the newest admin change it applied
+  std::string plugins;         // its plugin directory
+  std::string login;           // who started it
+  std::string strata_version;  // "0.1.0 (SDK ABI 3.0)"
+  std::string stopped;         // when it stopped cleanly; "" while it has not
+  std::string last_event;      // "loaded muladd@1.1.0", the last thing its directory or the store changed
+  double seconds_since_heartbeat = 0;  // by the database's clock, when read
+};
+
+// A bundle file as one host saw it: its own view, which only it writes.
+struct HostBundleRow {
+  std::string host, sha256, name, version, path;
+  std::string state;  // loaded, rejected, superseded, disabled
+  std::string reason;
+};
+
+// A question for a running host (strata dump OP --host ID) and its answer.
+struct HostQueryRow {
+  int64_t id = 0;
+  std::string host, query, arg;
+  bool answered = false;
+  std::string answer, error;
 };
 
 struct AuditRow {
@@ -84,7 +106,9 @@ struct AuditVerdict {
 
 class Store {
  public:
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
+  // A host whose heartbeat is older than this is forgotten (Note [What each host runs]).
+  static constexpr int64_t kHostAgeOutSeconds = 24 * 3600;
   // PRAGMA application_id of every store ("Stra"): a file without it is not Strata's.
   static constexpr int32_t kApplicationId = 0x53747261;
   // The DDL that takes a store from version v-1 to v (v = 1..kSchemaVersion).
@@ -109,8 +133,9 @@ class Store {
   // --- Bundles seen, keyed by sha256. ---
   void upsertBundle(const BundleRow& row);  // keeps first_seen; sets last_loaded when state is loaded
   std::vector<BundleRow> bundles();
-  // Marks every bundle not in `present` (sha256s) and not already removed as removed.
-  void markRemovedExcept(const std::set<std::string>& present);
+  // Marks every bundle whose path is in `dir` ("": anywhere), not in `present`
+  // (sha256s) and not already removed as removed: one host's directory, not another's.
+  void markRemovedExcept(const std::set<std::string>& present, const std::string& dir = "");
 
   // --- What a loaded bundle registered (replaced per owner). ---
   void replaceRegistrations(const std::string& owner, const std::vector<OperatorRow>& ops,
@@ -139,10 +164,24 @@ class Store {
   int64_t latestChange();
 
   // --- Running hosts. ---
+  // Registers (or re-registers) row.id; forgets hosts dead for kHostAgeOutSeconds.
+  void registerHost(const HostRow& row);
   void registerHost(const std::string& id, int64_t pid);
   void heartbeat(const std::string& id, int64_t last_applied);
-  void removeHost(const std::string& id);
+  void setHostEvent(const std::string& id, const std::string& event);
+  // A clean stop: the row and the host's view stay (as stopped) until they age out.
+  void markHostStopped(const std::string& id);
+  void removeHost(const std::string& id);  // the row, its view and its queries
   std::vector<HostRow> hosts();
+  // A host's view of its plugin directory, replaced whole; hostBundles("") is every host's.
+  void replaceHostBundles(const std::string& host, const std::vector<HostBundleRow>& rows);
+  std::vector<HostBundleRow> hostBundles(const std::string& host = "");
+  // Questions for a running host: asked by the CLI, answered by the host at its poll.
+  int64_t askHost(const std::string& host, const std::string& query, const std::string& arg);
+  std::vector<HostQueryRow> pendingQueries(const std::string& host);
+  void answerQuery(int64_t id, const std::string& answer, const std::string& error);
+  std::optional<HostQueryRow> queryAnswer(int64_t id);
+  void forgetQuery(int64_t id);
   // Seconds since the host's last heartbeat (by the database's clock).
   double secondsSinceHeartbeat(const std::string& id);
 
