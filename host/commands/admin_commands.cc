@@ -662,7 +662,33 @@ int runKernelCommand(const QStringList& args) {
       STRATA_FAIL(Value, "'", op.str(), "' has no namespace: name the operator as ns::name or ns::name.overload "
                   "(e.g. core::add.Tensor)", didYouMean(same));
     }
-    const DispatchKey key = parseDispatchKey(s(pos[2]));
+    DispatchKey key = DispatchKey::Undefined;
+    try {
+      key = parseDispatchKey(s(pos[2]));
+    } catch (const Error& e) {
+      // The closest key or device names, case aside ("autogradcpu": AutogradCPU).
+      static const char* kNames[] = {"cpu", "cuda", "meta", "privateuse1", "default", "batched", "autocast:cpu",
+                                     "autocast:cuda", "autograd:cpu", "autograd:cuda", "CPU", "CUDA", "PrivateUse1",
+                                     "Meta", "Fake", "Mode", "AutogradMeta", "AutogradCPU", "AutogradCUDA",
+                                     "AutocastCPU", "AutocastCUDA", "AutocastPrivateUse1", "Batched",
+                                     "CompositeExplicitAutograd", "CompositeImplicitAutograd", "Autograd"};
+      std::vector<std::string> lower;
+      std::map<std::string, std::string> original;
+      for (const char* n : kNames) {
+        const std::string l = s(QString::fromLatin1(n).toLower());
+        lower.push_back(l);
+        original.emplace(l, n);
+      }
+      std::vector<std::string> close;
+      const std::string typed = s(pos[2].toLower());
+      for (const char* n : kNames) {
+        if (s(QString::fromLatin1(n).toLower()) == typed) close.push_back(n);  // only the case differs
+      }
+      if (close.empty()) {
+        for (const auto& c : closestNames(typed, lower)) close.push_back(original.at(c));
+      }
+      throw std::runtime_error(e.what() + (close.empty() ? std::string() : didYouMean(close)));
+    }
     db::Store store(s(storeOption(parser)));
     // --wait promises "a host applied it": with no live host on this store nothing
     // can, so say so before recording anything.

@@ -644,6 +644,11 @@ TEST(AdminCommands, BadInputIsAClearErrorWithTheRightExitCode) {
   r = run("kernel disable a::b warpdrive" + db);
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, ::testing::HasSubstr("warpdrive"));
+  r = run("kernel disable a::b autogradcpu" + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("did you mean AutogradCPU?"));
+  r = run("kernel disable a::b CUDAA" + db);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("did you mean cuda?"));
   r = run("kernel frobnicate a::b cpu" + db);
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.out, ::testing::HasSubstr("expected disable|enable OP DEVICE_OR_KEY"));
