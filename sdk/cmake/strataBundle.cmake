@@ -25,6 +25,8 @@ function(strata_add_bundle target)
     AUTOMOC ON
     PREFIX "lib"
     OUTPUT_NAME ${B_OUTPUT_NAME}
-    LIBRARY_OUTPUT_DIRECTORY ${B_OUTPUT_DIR})
+    LIBRARY_OUTPUT_DIRECTORY ${B_OUTPUT_DIR}
+    # Note [CUDA's dialect]: the C++20 the SDK requires is not asked of nvcc.
+    CUDA_STANDARD 17)
   target_link_libraries(${target} PRIVATE strata::sdk Qt6::Core ${B_LIBS})
 endfunction()
