@@ -365,12 +365,14 @@ Tensor LiteralParser::applyMethods(Tensor t, std::string_view methods, std::stri
         if (auto dt = dtypeName(part)) {
           t = t.to(*dt);
         } else {
+          std::optional<Device> device;
           try {
-            t = t.to(Device(std::string(part)));
+            device = Device(std::string(part));
           } catch (const Error&) {
             STRATA_FAIL(Value, "'", shortened(whole), "': .to(", a, "): '", part,
                         "' is neither a dtype (f16, float32, int64, ...) nor a device (cpu, meta, cuda)");
           }
+          t = t.to(*device);
         }
         if (comma == std::string_view::npos) break;
         start = comma + 1;

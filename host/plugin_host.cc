@@ -341,7 +341,14 @@ void PluginHost::record(const BundleFile& f, const QString& state, const QString
   }
   r.state = state.toStdString();
   r.reason = reason.toStdString();
-  view_[viewKey(f)] = db::HostBundleRow{host_id_.toStdString(), r.sha256, r.name, r.version, r.path, r.state, r.reason};
+  db::HostBundleRow row{host_id_.toStdString(), r.sha256, r.name, r.version, r.path, r.state, r.reason};
+  auto [it, added] = view_.try_emplace(viewKey(f), row);
+  // Each rejection is logged once, when it is new or its reason changed (a rescan
+  // decides the same again for every file still there).
+  if (state == "rejected" && (added || it->second.state != r.state || it->second.reason != r.reason)) {
+    qCWarning(lcHost).noquote() << "rejected" << f.path << ":" << reason;
+  }
+  it->second = std::move(row);
   if (store_ == nullptr || !recording_) return;
   try {
     store_->upsertBundle(r);
@@ -400,7 +407,9 @@ QStringList PluginHost::sync() {
   };
   // What one pass records (a row per bundle, its registrations) is committed as one
   // transaction: one write to disk, not one per bundle.
-  if (store_ == nullptr) pass();
+  // A command's own scan writes nothing: it takes no write lock either, so serving
+  // hosts on the store never wait for it.
+  if (store_ == nullptr || !recording_) pass();
   else store_->transaction(pass);
   return what;
 }
@@ -540,7 +549,6 @@ QStringList PluginHost::rescan() {
         const QString why = "implements namespace '" + missing + "', which no loaded bundle defines";
         record(f, "rejected", why);
         what << "rejected " + it->first + "@" + f.metadata->version_text + ": " + why;
-        qCWarning(lcHost).noquote() << what.last();
         failed.insert(it->first);
         it = pending.erase(it);
         progress = true;
@@ -560,7 +568,6 @@ QStringList PluginHost::rescan() {
       if (!taken.isEmpty()) {
         record(f, "rejected", taken);
         what << "rejected " + it->first + "@" + f.metadata->version_text + ": " + taken;
-        qCWarning(lcHost).noquote() << what.last();
         failed.insert(it->first);
         it = pending.erase(it);
         progress = true;
@@ -580,7 +587,6 @@ QStringList PluginHost::rescan() {
       for (const auto& [name, f] : pending) {
         record(*f, "rejected", "its namespace dependencies form a cycle");
         what << "rejected " + name + ": dependency cycle";
-        qCWarning(lcHost).noquote() << what.last();
       }
       break;
     }
@@ -605,8 +611,7 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
   const BundleMetadata& m = *f.metadata;
   auto reject = [&](const QString& why) {
     *error = why;
-    record(f, "rejected", why);
-    qCWarning(lcHost).noquote() << "rejected" << f.path << ":" << why;
+    record(f, "rejected", why);  // which logs it
     return false;
   };
   // Load a private copy named by content (Note [The load transaction], step 2).
@@ -822,6 +827,7 @@ void PluginHost::serve(const db::HostRow& me_in, int poll_ms) {
                             .toStdString();
   }
   host_id_ = QString::fromStdString(me.id);
+  me_ = me;
   if (store_ != nullptr) store_->registerHost(me);
   sync();
   // Made here, not with the host: only a serving host watches (and needs an event loop).
@@ -833,7 +839,11 @@ void PluginHost::serve(const db::HostRow& me_in, int poll_ms) {
   connect(watcher_.get(), &QFileSystemWatcher::directoryChanged, this, [this] { rescan_timer_.start(); });
   connect(watcher_.get(), &QFileSystemWatcher::fileChanged, this, [this] { rescan_timer_.start(); });
   connect(&rescan_timer_, &QTimer::timeout, this, [this] {
-    rescan();  // load() and unload() log what changed, once
+    try {
+      rescan();  // load() and unload() log what changed, once
+    } catch (const std::exception& e) {  // a store error: the next change or poll tries again
+      qCWarning(lcHost).noquote() << "rescan failed:" << e.what();
+    }
     // Files are watched too, so one replaced in place is seen.
     const QStringList files = watcher_->files();
     if (!files.isEmpty()) watcher_->removePaths(files);
@@ -844,8 +854,14 @@ void PluginHost::serve(const db::HostRow& me_in, int poll_ms) {
   poll_timer_.start(poll_ms);
   connect(&heartbeat_timer_, &QTimer::timeout, this, [this] {
     try {
-      if (store_ != nullptr) store_->heartbeat(host_id_.toStdString(), last_applied_);
-    } catch (const db::StoreError& e) {
+      if (store_ != nullptr && !store_->heartbeat(host_id_.toStdString(), last_applied_)) {
+        // Silent past the age-out (suspended a day), another host forgot this one:
+        // register again and write the view again.
+        qCWarning(lcHost).noquote() << "this host was forgotten by the store; registering again";
+        store_->registerHost(me_);
+        recordView({});
+      }
+    } catch (const std::exception& e) {
       qCWarning(lcHost).noquote() << e.what();
     }
   });
@@ -873,6 +889,7 @@ void PluginHost::poll() {
     if (store_->latestChange() == last_applied_) return;
     const int64_t before = last_applied_;
     sync();  // load() and unload() log what changed, once
+    answerQueries();  // sync() read data_version again: a question asked meanwhile is answered now
     if (last_applied_ != before) qCInfo(lcHost) << "applied store changes up to" << last_applied_;
   } catch (const std::exception& e) {
     data_version_ = -1;  // the change was not applied: the next poll tries again

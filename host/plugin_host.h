@@ -191,6 +191,7 @@ class PluginHost : public QObject {
   std::unique_ptr<QFileSystemWatcher> watcher_;  // serve() only
   QTimer poll_timer_, heartbeat_timer_, rescan_timer_;
   QString host_id_;
+  db::HostRow me_;  // as serve() registered it
   int64_t data_version_ = -1;
   int64_t last_applied_ = 0;
   uint64_t load_seq_ = 0;

@@ -175,7 +175,7 @@ CREATE TABLE host_bundles (
   path TEXT NOT NULL,
   state TEXT NOT NULL,
   reason TEXT NOT NULL DEFAULT '',
-  PRIMARY KEY (host, sha256)
+  PRIMARY KEY (host, path)
 );
 CREATE TABLE host_queries (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -860,13 +860,14 @@ void Store::registerHost(const std::string& id, int64_t pid) {
   registerHost(row);
 }
 
-void Store::heartbeat(const std::string& id, int64_t last_applied) {
+bool Store::heartbeat(const std::string& id, int64_t last_applied) {
   prepare(
       "UPDATE hosts SET heartbeat = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), last_applied = MAX(last_applied, ?) "
       "WHERE id = ?")
       .bind(last_applied)
       .bind(id)
       .run();
+  return sqlite3_changes(db_) > 0;
 }
 
 void Store::setHostEvent(const std::string& id, const std::string& event) {

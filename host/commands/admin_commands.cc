@@ -408,7 +408,7 @@ int runPluginsCommand(const QStringList& args) {
   QCommandLineParser parser;
   parser.setApplicationDescription(
       "Bundles: list what the plugin directory holds and what became of each\n"
-      "(loaded, rejected, superseded, removed, disabled, with the reason), or change\n"
+      "(loaded, rejected, superseded, disabled, with the reason), or change\n"
       "the admin state that every host applies:\n"
       "  list                  (default) scan the directory here and list every bundle; with\n"
       "                        --host ID or --all-hosts, what running hosts loaded instead\n"
@@ -457,7 +457,8 @@ int runPluginsCommand(const QStringList& args) {
   }
   try {
     if (parser.isSet("host") || parser.isSet("all-hosts")) {
-      db::Store store(s(storeOption(parser)));
+      const std::unique_ptr<db::Store> opened = openExistingStore(storeOption(parser));
+      db::Store& store = *opened;
       std::vector<db::HostRow> hosts;
       if (parser.isSet("host")) hosts.push_back(findHost(store, parser.value("host")));
       else hosts = listedHosts(store);
@@ -869,13 +870,27 @@ std::string askRunningHost(db::Store& store, const db::HostRow& host, const std:
       return a->answer;
     }
     if (!a) STRATA_FAIL(Value, "host ", host.id, " restarted before it answered; ask again");
+    for (const auto& h : store.hosts()) {
+      if (h.id == host.id && !h.stopped.empty()) {
+        store.forgetQuery(id);
+        STRATA_FAIL(Value, "host ", host.id, " stopped (at ", h.stopped, ") before it answered");
+      }
+    }
     if (deadline.hasExpired()) {
       store.forgetQuery(id);
       throw HostTimeoutError("host " + host.id + " did not answer within " +
                              QString::number(seconds_to_wait).toStdString() + " s (is its event loop busy?)");
     }
-    QThread::msleep(10);
+    QThread::msleep(20);
   }
+}
+
+std::unique_ptr<db::Store> openExistingStore(const QString& path) {
+  if (!QFileInfo::exists(path)) {
+    STRATA_FAIL(Value, "no store at ", path.toStdString(), " (a host creates it when it starts: strata serve --db ",
+                path.toStdString(), ")");
+  }
+  return std::make_unique<db::Store>(path.toStdString());
 }
 
 int runHostsCommand(const QStringList& args) {
@@ -900,7 +915,8 @@ int runHostsCommand(const QStringList& args) {
     return kExitUsage;
   }
   try {
-    db::Store store(s(storeOption(parser)));
+    const std::unique_ptr<db::Store> opened = openExistingStore(storeOption(parser));
+    db::Store& store = *opened;
     const std::vector<db::HostRow> hosts = listedHosts(store);
     if (parser.isSet("json")) {
       QJsonArray all;

@@ -68,6 +68,9 @@ struct HostTimeoutError : std::runtime_error {
 };
 std::string askRunningHost(db::Store& store, const db::HostRow& host, const std::string& query,
                            const std::string& arg, double seconds);
+// The store at path, which must exist: a command that only reads what hosts
+// recorded never creates one (a mistyped --db is an error, not a new empty store).
+std::unique_ptr<db::Store> openExistingStore(const QString& path);
 // The answer to "dump OP": {"text": ..., "json": {...}} (what `strata dump` prints).
 std::string answerDumpQuery(const std::string& op);
 

@@ -441,7 +441,8 @@ int runDumpCommand(const QStringList& args) {
     const std::string op = parser.positionalArguments().first().toStdString();
     if (parser.isSet("host")) {
       parseOperatorName(op);  // a malformed name is this command's error, not the host's
-      db::Store store(storeOption(parser).toStdString());
+      const std::unique_ptr<db::Store> opened = openExistingStore(storeOption(parser));
+      db::Store& store = *opened;
       const db::HostRow h = findHost(store, parser.value("host"));
       const QJsonObject answer = QJsonDocument::fromJson(QByteArray::fromStdString(askRunningHost(store, h, "dump", op, 5.0))).object();
       if (parser.isSet("json")) {
@@ -543,7 +544,7 @@ Stack callUnderVmap(const OperatorHandle& op, Stack stack, const std::string& in
       const Explanation ex = explain(op, std::move(s), &failure);
       explanation = ex.str();
       if (failure) {
-        out << q(explanation) << "failed at the last step above\n";
+        out << q(explanation) << (ex.steps.empty() ? "failed before any kernel ran\n" : "failed at the last step above\n");
         out.flush();
         std::rethrow_exception(failure);
       }

@@ -458,8 +458,10 @@ TEST(HostsView, EachHostReportsWhatItRunsAndOnlyItWritesIt) {
             0);
   ServeProcess a(dir + "/a", dir + "/pa", db);
   ServeProcess b(dir + "/b", dir + "/pb", db);
-  a.waitFor("ready.", 100);
-  b.waitFor("ready.", 100);
+  a.waitFor("ready.", 200);
+  b.waitFor("ready.", 200);
+  ASSERT_THAT(a.log(), HasSubstr("ready.")) << a.log();
+  ASSERT_THAT(b.log(), HasSubstr("ready.")) << b.log();
   const std::string ida = hostIdIn(a.log()), idb = hostIdIn(b.log());
   ASSERT_FALSE(ida.empty()) << a.log();
   ASSERT_FALSE(idb.empty()) << b.log();
@@ -490,6 +492,10 @@ TEST(HostsView, EachHostReportsWhatItRunsAndOnlyItWritesIt) {
   r = run("plugins list --host nosuch --db " + db);
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, HasSubstr("no host 'nosuch' on the store"));
+  r = run("hosts --db " + dir + "/typo.db");  // reading never creates a store
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("no store at " + dir + "/typo.db"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/typo.db"));
 
   // A mistyped directory is an error, and a scan writes nothing a host recorded.
   r = run("plugins list --plugins " + dir + "/typo --db " + db);
@@ -498,7 +504,7 @@ TEST(HostsView, EachHostReportsWhatItRunsAndOnlyItWritesIt) {
   r = run("plugins list --plugins " + dir + "/a --db " + db);  // exists, holds no bundle
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("local scan of " + dir + "/a by this command"));
-  EXPECT_EQ(std::system(("test \"$(sqlite3 " + db + " \"SELECT COUNT(*) FROM bundles WHERE state = 'removed'\")\" = 0")
+  EXPECT_EQ(std::system(("test \"$(sqlite3 -cmd '.timeout 10000' " + db + " \"SELECT COUNT(*) FROM bundles WHERE state = 'removed'\")\" = 0")
                             .c_str()),
             0);
   EXPECT_THAT(run("plugins list --host " + idb + " --db " + db).out, HasSubstr("mylib            1.0.0    loaded"));
@@ -523,7 +529,7 @@ TEST(HostsView, EachHostReportsWhatItRunsAndOnlyItWritesIt) {
 
   // A host silent for long is dead, then forgotten: hidden after a day, and deleted
   // with its view when the next host starts.
-  ASSERT_EQ(std::system(("sqlite3 " + db + " \"INSERT INTO hosts (id, pid, heartbeat) VALUES ('gone:1', 1, "
+  ASSERT_EQ(std::system(("sqlite3 -cmd '.timeout 10000' " + db + " \"INSERT INTO hosts (id, pid, heartbeat) VALUES ('gone:1', 1, "
                          "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-60 seconds')), ('ancient:2', 2, "
                          "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-2 days')); INSERT INTO host_bundles VALUES "
                          "('ancient:2', 'x', 'x', '1.0.0', '/x', 'loaded', '')\"").c_str()),
@@ -533,8 +539,9 @@ TEST(HostsView, EachHostReportsWhatItRunsAndOnlyItWritesIt) {
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("ancient:2")));
   ASSERT_EQ(std::system(("mkdir -p " + dir + "/c").c_str()), 0);
   ServeProcess c(dir + "/c", dir + "/pa", db);
-  c.waitFor("ready.", 100);
-  EXPECT_EQ(std::system(("test \"$(sqlite3 " + db + " \"SELECT COUNT(*) FROM hosts WHERE id = 'ancient:2'; "
+  c.waitFor("ready.", 200);
+  ASSERT_THAT(c.log(), HasSubstr("ready.")) << c.log();
+  EXPECT_EQ(std::system(("test \"$(sqlite3 -cmd '.timeout 10000' " + db + " \"SELECT COUNT(*) FROM hosts WHERE id = 'ancient:2'; "
                          "SELECT COUNT(*) FROM host_bundles WHERE host = 'ancient:2'\")\" = \"$(printf '0\\n0')\"")
                             .c_str()),
             0);
@@ -1267,5 +1274,39 @@ TEST(ExternalBundle, BuildsAndLoadsTheReadmeExample) {
   r = run("plugins list" + opts);
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, ::testing::ContainsRegex("hello +1.0.0 +loaded"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/build/libhello_1_0_0.so"));  // the documented name per version
+
+  // Only bundle.json changes (a version bump): one build makes the new version, in
+  // its own file beside the old one.
+  auto rebuild = [&] {
+    return std::system(("'" STRATA_CMAKE "' --build " + dir + "/build > " + dir + "/log 2>&1").c_str());
+  };
+  auto log = [&] {  // CMake wraps its messages: every run of whitespace as one space
+    std::ifstream f(dir + "/log");
+    std::string text(std::istreambuf_iterator<char>(f), {}), out;
+    for (char c : text) {
+      const bool space = c == ' ' || c == '\n' || c == '\t';
+      if (!space || out.empty() || out.back() != ' ') out += space ? ' ' : c;
+    }
+    return out;
+  };
+  std::string json = files.at("bundle.json");
+  const size_t at = json.find("\"1.0.0\"");
+  ASSERT_NE(at, std::string::npos);
+  std::ofstream(dir + "/bundle.json") << json.replace(at, 7, "\"1.1.0\"");
+  ASSERT_EQ(rebuild(), 0) << log();
+  EXPECT_TRUE(std::filesystem::exists(dir + "/build/libhello_1_1_0.so")) << log();
+  r = run("plugins list" + opts);
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("hello +1.1.0 +loaded"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("hello +1.0.0 +superseded"));
+
+  // Invalid JSON fails the build, naming the file and the reason (moc only warns).
+  std::ofstream(dir + "/bundle.json") << "{\"name\": \"hello\", \"version\": \"1.2.0\",";
+  EXPECT_NE(rebuild(), 0);
+  EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: not valid JSON"));
+  std::ofstream(dir + "/bundle.json") << "{\"name\": \"hello\", \"version\": \"1.2\", \"abi\": {\"major\": 3, \"minor\": 0}}";
+  EXPECT_NE(rebuild(), 0);
+  EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"version\" '1.2' is not a semantic version"));
+  EXPECT_THAT(log(), HasSubstr("strata_add_bundle(hello): "));
   std::system(("rm -rf " + dir).c_str());
 }

@@ -462,7 +462,7 @@ Tensor narrow_kernel(const Tensor& a, int64_t dim, int64_t start, int64_t length
   STRATA_CHECK(start >= -n && start <= n, Index, "core::narrow: start (", start, ") is out of bounds for dimension ",
                d, " of size ", n);
   if (start < 0) start += n;
-  STRATA_CHECK(length >= 0 && start + length <= n, Value, "core::narrow: start (", start, ") + length (", length,
+  STRATA_CHECK(length >= 0 && length <= n - start, Value, "core::narrow: start (", start, ") + length (", length,
                ") exceeds dimension size (", n, ")");
   return a.slice(d, start, start + length);
 }

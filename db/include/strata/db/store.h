@@ -167,7 +167,8 @@ class Store {
   // Registers (or re-registers) row.id; forgets hosts dead for kHostAgeOutSeconds.
   void registerHost(const HostRow& row);
   void registerHost(const std::string& id, int64_t pid);
-  void heartbeat(const std::string& id, int64_t last_applied);
+  // False when no row has that id (another host forgot it: it re-registers).
+  bool heartbeat(const std::string& id, int64_t last_applied);
   void setHostEvent(const std::string& id, const std::string& event);
   // A clean stop: the row and the host's view stay (as stopped) until they age out.
   void markHostStopped(const std::string& id);
