@@ -1,0 +1,5 @@
+// PyTorch's <c10/cuda/CUDAStream.h>, as Strata's compatibility shim (strata/torch_compat.h).
+#pragma once
+
+#include "strata/torch_compat.h"
+#include "strata/torch_compat/cuda.h"

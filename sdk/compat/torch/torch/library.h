@@ -1,0 +1,4 @@
+// PyTorch's <torch/library.h>, as Strata's compatibility shim (strata/torch_compat.h).
+#pragma once
+
+#include "strata/torch_compat.h"
