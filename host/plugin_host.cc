@@ -301,12 +301,31 @@ QString insecurityOfBundle(const QString& dir, const QString& path) {
 QString defaultPluginDir() {
   const QString env = qEnvironmentVariable("STRATA_PLUGIN_PATH");
   if (!env.isEmpty()) return env;
-  return QDir(QCoreApplication::applicationDirPath() + "/../plugins").absolutePath();
+  // A build tree keeps the bundles beside bin/; an installed tree under lib/.
+  const QString build_tree = QDir(QCoreApplication::applicationDirPath() + "/../plugins").absolutePath();
+  if (QFileInfo(build_tree).isDir()) return build_tree;
+  return QDir(QCoreApplication::applicationDirPath() + "/../" STRATA_INSTALL_PLUGIN_DIR).absolutePath();
 }
 
 QString defaultStorePath() {
   const QString env = qEnvironmentVariable("STRATA_DB");
   return env.isEmpty() ? QDir::current().absoluteFilePath("strata.db") : env;
+}
+
+QString loginName() {
+  // The login name: the terminal's, else $USER or $LOGNAME, else the password
+  // database's name for the uid (a service or container has no terminal); the uid
+  // only when the uid has no name.
+  const char* login = ::getlogin();
+  if (login != nullptr && *login != '\0') return QString::fromLocal8Bit(login);
+  for (const char* var : {"USER", "LOGNAME"}) {
+    const QString user = qEnvironmentVariable(var);
+    if (!user.isEmpty()) return user;
+  }
+  if (const passwd* pw = ::getpwuid(::getuid()); pw != nullptr && pw->pw_name != nullptr && *pw->pw_name != '\0') {
+    return QString::fromLocal8Bit(pw->pw_name);
+  }
+  return QString("uid:%1").arg(::getuid());
 }
 
 PluginHost::PluginHost(QString plugin_dir, db::Store* store, QObject* parent)
@@ -327,7 +346,7 @@ PluginHost::~PluginHost() {
 // A file's key in the view: its content, or its path when it could not be hashed.
 static QString viewKey(const BundleFile& f) { return f.sha256.isEmpty() ? "path:" + f.path : f.sha256; }
 
-void PluginHost::record(const BundleFile& f, const QString& state, const QString& reason) {
+bool PluginHost::record(const BundleFile& f, const QString& state, const QString& reason) {
   db::BundleRow r;
   r.sha256 = f.sha256.toStdString();
   r.path = f.path.toStdString();
@@ -345,16 +364,16 @@ void PluginHost::record(const BundleFile& f, const QString& state, const QString
   auto [it, added] = view_.try_emplace(viewKey(f), row);
   // Each rejection is logged once, when it is new or its reason changed (a rescan
   // decides the same again for every file still there).
-  if (state == "rejected" && (added || it->second.state != r.state || it->second.reason != r.reason)) {
-    qCWarning(lcHost).noquote() << "rejected" << f.path << ":" << reason;
-  }
+  const bool news = added || it->second.state != r.state || it->second.reason != r.reason;
+  if (state == "rejected" && news) qCWarning(lcHost).noquote() << "rejected" << f.path << ":" << reason;
   it->second = std::move(row);
-  if (store_ == nullptr || !recording_) return;
+  if (store_ == nullptr || !recording_) return news;
   try {
     store_->upsertBundle(r);
   } catch (const db::StoreError& e) {
     qCWarning(lcHost).noquote() << "cannot record bundle" << f.path << ":" << e.what();
   }
+  return news;
 }
 
 std::vector<db::HostBundleRow> PluginHost::view() const {
@@ -450,7 +469,8 @@ QStringList PluginHost::rescan() {
   std::map<QString, std::vector<const BundleFile*>> by_name;
   for (const auto& f : files) {
     if (!f.error.isEmpty()) {
-      record(f, "rejected", f.error);
+      // Reported once (what the embedding application and the host's last event see).
+      if (record(f, "rejected", f.error)) what << "rejected " + QFileInfo(f.path).fileName() + ": " + f.error;
       continue;
     }
     by_name[f.metadata->name].push_back(&f);
@@ -890,7 +910,10 @@ void PluginHost::poll() {
     const int64_t before = last_applied_;
     sync();  // load() and unload() log what changed, once
     answerQueries();  // sync() read data_version again: a question asked meanwhile is answered now
-    if (last_applied_ != before) qCInfo(lcHost) << "applied store changes up to" << last_applied_;
+    if (last_applied_ != before) {
+      qCInfo(lcHost) << "applied store changes up to" << last_applied_;
+      emit applied(last_applied_);
+    }
   } catch (const std::exception& e) {
     data_version_ = -1;  // the change was not applied: the next poll tries again
     qCWarning(lcHost).noquote() << "store poll failed:" << e.what();

@@ -115,6 +115,10 @@ BundleFile readBundleFile(const QString& path);
 QString defaultPluginDir();
 // The store: --db, else STRATA_DB, else strata.db in the working directory.
 QString defaultStorePath();
+// Who is acting, for the audit log: the login name (the terminal's, else $USER or
+// $LOGNAME, else the password database's name for the uid), "uid:N" when the uid
+// has no name.
+QString loginName();
 
 // Runs opcheck and gradcheck (strata::modes::check_op) on the sample inputs every op
 // has whose samples `owner` registered ("name@version"; empty: every owner).
@@ -171,14 +175,20 @@ class PluginHost : public QObject {
   int64_t lastApplied() const { return last_applied_; }
 
  signals:
+  // What a rescan changed: "loaded NAME@VERSION", "unloaded NAME@VERSION",
+  // "rejected NAME@VERSION: reason" ("rejected FILE: reason" when its metadata could
+  // not be read), and other lines for people.
   void changed(const QStringList& what);
+  // Admin changes in the store up to `change` are now applied (serve() only).
+  void applied(qint64 change);
 
  private:
   void applyKernelStates();
   QStringList rescan();
   bool load(const BundleFile& f, QString* error);
   void unload(const QString& name);
-  void record(const BundleFile& f, const QString& state, const QString& reason);
+  // Records what this host decided for a file; true when that is new or changed.
+  bool record(const BundleFile& f, const QString& state, const QString& reason);
   void recordRegistrations(const Loaded& l);
   void poll();
   void answerQueries();

@@ -26,6 +26,7 @@
 
 #include "commands/commands.h"
 #include "plugin_host.h"
+#include "strata/host/host.h"
 #include "strata/db/store.h"
 #include "strata/dispatcher.h"
 #include "strata/plugin.h"
@@ -228,19 +229,7 @@ QString storeOption(const QCommandLineParser& parser) {
 }
 QString actorOption(const QCommandLineParser& parser) {
   if (parser.isSet("actor") && !parser.value("actor").isEmpty()) return parser.value("actor");
-  // The login name: the terminal's, else $USER or $LOGNAME, else the password
-  // database's name for the uid (a service or container has no terminal); the uid
-  // only when the uid has no name.
-  const char* login = ::getlogin();
-  if (login != nullptr && *login != '\0') return QString::fromLocal8Bit(login);
-  for (const char* var : {"USER", "LOGNAME"}) {
-    const QString user = qEnvironmentVariable(var);
-    if (!user.isEmpty()) return user;
-  }
-  if (const passwd* pw = ::getpwuid(::getuid()); pw != nullptr && pw->pw_name != nullptr && *pw->pw_name != '\0') {
-    return QString::fromLocal8Bit(pw->pw_name);
-  }
-  return QString("uid:%1").arg(::getuid());
+  return loginName();
 }
 
 Session::Session() = default;
@@ -316,54 +305,46 @@ int runServeCommand(const QStringList& args) {
       return kExitUsage;
     }
   }
-  std::unique_ptr<db::Store> store;
-  try {
-    store = std::make_unique<db::Store>(s(storeOption(parser)));
-  } catch (const db::StoreError& e) {
-    err << "error: " << e.what() << "\n";
-    return kExitInvalidInput;
-  }
-  const QString host_id = QSysInfo::machineHostName() + ":" + QString::number(QCoreApplication::applicationPid());
+  HostOptions options;
+  options.plugin_dir = s(pluginDirOption(parser));
+  options.store_path = s(storeOption(parser));
+  options.actor = s(actorOption(parser));
+  options.allow_insecure_plugins = parser.isSet("allow-insecure-plugins");
+  options.require_trusted = parser.isSet("require-trusted");
+  options.check = check == CheckPolicy::record ? "record" : check == CheckPolicy::enforce ? "enforce" : "";
   // Each log line once, with its time and category (QT_MESSAGE_PATTERN overrides).
   qSetMessagePattern("%{time yyyy-MM-ddThh:mm:ss.zzz} %{category} %{if-warning}warning: %{endif}"
                      "%{if-critical}error: %{endif}%{message}");
-  PluginHost host(pluginDirOption(parser), store.get());
-  host.setCheckPolicy(check);
-  host.setQueryHandler([](const std::string& query, const std::string& arg) -> std::string {
-    if (query == "dump") return answerDumpQuery(arg);
-    throw std::runtime_error("unknown query '" + query + "' (this host answers: dump)");
-  });
   std::signal(SIGINT, onStopSignal);
   std::signal(SIGTERM, onStopSignal);
   const QString db_path = QFileInfo(storeOption(parser)).absoluteFilePath();
   const QString plugin_path = QFileInfo(pluginDirOption(parser)).absoluteFilePath();
+  // serve is the embeddable host (strata/host/host.h) with a command line around it.
+  std::unique_ptr<Host> host;
   try {
-    applyTrustOptions(parser, host, *store);
-    db::HostRow me;
-    me.id = s(host_id);
-    me.pid = QCoreApplication::applicationPid();
-    me.login = s(actorOption(parser));
-    me.strata_version = s(versionText());
-    host.serve(me);
+    host = std::make_unique<Host>(options);
+    host->start();
   } catch (const std::exception& e) {
     err << "error: " << e.what() << "\n";
     return kExitInvalidInput;
   }
+  const QString host_id = q(host->id());
+  const std::vector<BundleStatus> view = host->bundles();
   if (parser.isSet("json")) {
     QJsonArray loaded;
-    for (const auto& [name, l] : host.loaded()) {
-      loaded.append(QJsonObject{{"name", name}, {"version", l.version}, {"path", l.path}});
+    for (const auto& b : view) {
+      if (b.state == "loaded") loaded.append(QJsonObject{{"name", q(b.name)}, {"version", q(b.version)}, {"path", q(b.path)}});
     }
     out << QJsonDocument(QJsonObject{{"host", host_id}, {"plugins", plugin_path}, {"db", db_path}, {"loaded", loaded}})
                .toJson(QJsonDocument::Compact)
         << "\n";
   } else {
     out << "strata serve: host " << host_id << "\n  plugins: " << plugin_path << "\n  store:   " << db_path << "\n";
-    for (const auto& b : host.view()) {
+    for (const auto& b : view) {
       out << "  " << q(b.state).leftJustified(11) << q(b.name) << (b.version.empty() ? "" : "@" + q(b.version))
           << (b.reason.empty() ? "" : "  (" + q(b.reason) + ")") << "\n";
     }
-    if (host.view().empty()) out << "  (no bundles in the plugin directory yet: it is watched)\n";
+    if (view.empty()) out << "  (no bundles in the plugin directory yet: it is watched)\n";
     // The hints carry this host's own --db and --plugins, so they act on this host.
     const QString db = " --db " + shellQuoted(db_path);
     const QString plugins = " --plugins " + shellQuoted(plugin_path);
@@ -371,8 +352,8 @@ int runServeCommand(const QStringList& args) {
         << "  strata hosts" << db << "\n"
         << "  strata plugins list --host " << host_id << db << "\n";
     QString op;
-    for (const auto& [name, l] : host.loaded()) {
-      for (const auto& r : Dispatcher::singleton().ownedBy(l.registrar->owner()).registrations) {
+    for (const std::string& owner : host->loaded()) {
+      for (const auto& r : Dispatcher::singleton().ownedBy(owner).registrations) {
         if (op.isEmpty() && r.what == RegistrationInfo::What::Def) op = q(r.op);
       }
     }
@@ -397,8 +378,8 @@ int runServeCommand(const QStringList& args) {
   QCoreApplication::exec();
   qCInfo(lcHost) << "stopping on signal" << g_stop_signal.load();
   try {
-    store->markHostStopped(s(host_id));  // Note [What each host runs]: its last view stays, as stopped
-  } catch (const db::StoreError& e) {
+    host->stop();  // Note [What each host runs]: its last view stays, as stopped
+  } catch (const std::exception& e) {
     err << "warning: " << e.what() << "\n";
   }
   return kExitOk;

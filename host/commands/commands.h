@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "operator_info.h"
+
 namespace strata::db {
 class Store;
 struct HostRow;
@@ -71,8 +73,6 @@ std::string askRunningHost(db::Store& store, const db::HostRow& host, const std:
 // The store at path, which must exist: a command that only reads what hosts
 // recorded never creates one (a mistyped --db is an error, not a new empty store).
 std::unique_ptr<db::Store> openExistingStore(const QString& path);
-// The answer to "dump OP": {"text": ..., "json": {...}} (what `strata dump` prints).
-std::string answerDumpQuery(const std::string& op);
 
 // QCommandLineParser's help names the binary (argv[0]); ours names the
 // subcommand ("Usage: strata schema [options] ...").
@@ -98,16 +98,6 @@ inline int parseOrExit(QCommandLineParser& parser, const QStringList& args) {
   return -1;
 }
 
-// The names among `known` a user who typed `name` most likely meant: every overload
-// of it when it names none ("core::add": core::add.Scalar, core::add.Tensor), else
-// the names within a few edits of it, closest first. Empty when nothing is close.
-std::vector<std::string> closestNames(const std::string& name, const std::vector<std::string>& known);
-// "; did you mean core::add.Scalar or core::add.Tensor?", or "" when nothing is close.
-std::string didYouMean(const std::string& name, const std::vector<std::string>& known);
-// The same sentence for names already chosen ("" for none).
-std::string didYouMean(const std::vector<std::string>& names);
-// Every live operator's qualified name, sorted.
-std::vector<std::string> liveOperatorNames();
 
 int runSchemaCommand(const QStringList& args);
 int runDemoCommand(const QStringList& args);

@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "readme_example.h"
+
 namespace {
 
 using ::testing::HasSubstr;
@@ -1230,25 +1232,7 @@ TEST(BenchCommand, BadInputIsAClearErrorWithTheRightExitCode) {
 // files written out, built against this build tree with find_package(strata), and
 // loaded by the CLI.
 std::map<std::string, std::string> readmeBundleExample() {
-  std::ifstream in(STRATA_SOURCE_DIR "/README.md");
-  std::map<std::string, std::string> files;
-  std::string line, name;
-  bool in_block = false;
-  const std::string marker = "<!-- bundle-example: ";
-  while (std::getline(in, line)) {
-    if (line.rfind(marker, 0) == 0) {
-      name = line.substr(marker.size(), line.find(" -->") - marker.size());
-    } else if (!name.empty() && !in_block && line.rfind("```", 0) == 0) {
-      in_block = true;
-      files[name];
-    } else if (in_block && line.rfind("```", 0) == 0) {
-      in_block = false;
-      name.clear();
-    } else if (in_block) {
-      files[name] += line + "\n";
-    }
-  }
-  return files;
+  return strata::test::readmeBundleExample(STRATA_SOURCE_DIR "/README.md");
 }
 
 TEST(ExternalBundle, BuildsAndLoadsTheReadmeExample) {

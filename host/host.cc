@@ -1,0 +1,294 @@
+// The embeddable host: a PluginHost on a thread of its own, behind a header with no
+// Qt in it.
+//
+// Note [The embedded host's thread]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A PluginHost is a QObject driven by timers and a QFileSystemWatcher, so it needs
+// an event loop on its thread. An application that embeds Strata may have none (or
+// one it does not want the host's disk and store work on), so the Host runs the
+// PluginHost on a QThread of its own: start() makes the thread, then builds and
+// serves the PluginHost there (a blocking queued call, so the first load is done and
+// any error is thrown on the caller's thread when start() returns); stop() destroys
+// it there (the bundles are unloaded on the thread that loaded them) and joins.
+// Everything the application may read while the host runs (bundles(), loaded(),
+// lastApplied()) is a snapshot the host thread refreshes after each change, under
+// `mu`. Qt's event loops need a QCoreApplication in the process: when the
+// application has none, the Host makes one and deletes it with itself.
+#include "strata/host/host.h"
+
+#include <QCoreApplication>
+#include <QDeadlineTimer>
+#include <QDir>
+#include <QFileInfo>
+#include <QMetaObject>
+#include <QSysInfo>
+#include <QThread>
+
+#include <algorithm>
+#include <exception>
+#include <mutex>
+
+#include "operator_info.h"
+#include "plugin_host.h"
+#include "strata/db/store.h"
+#include "strata/plugin.h"
+
+namespace strata::host {
+
+namespace {
+
+QString q(const std::string& s) { return QString::fromStdString(s); }
+std::string s(const QString& x) { return x.toStdString(); }
+
+// The QCoreApplication a Host makes when the application has none: argv must
+// outlive it.
+int g_argc = 1;
+char g_arg0[] = "strata-host";
+char* g_argv[] = {g_arg0, nullptr};
+
+// "loaded muladd@1.1.0" -> a loaded event; see PluginHost::changed for the forms.
+HostEvent eventOf(const QString& line) {
+  HostEvent e;
+  e.text = s(line);
+  for (auto [prefix, kind] : {std::pair{"loaded ", HostEvent::Kind::loaded},
+                              std::pair{"unloaded ", HostEvent::Kind::unloaded},
+                              std::pair{"rejected ", HostEvent::Kind::rejected}}) {
+    if (!line.startsWith(QLatin1String(prefix))) continue;
+    const QString rest = line.mid(static_cast<qsizetype>(std::char_traits<char>::length(prefix)));
+    const qsizetype colon = rest.indexOf(": ");
+    e.kind = kind;
+    e.bundle = s(colon < 0 ? rest : rest.left(colon));
+    if (colon >= 0) e.reason = s(rest.mid(colon + 2));
+    return e;
+  }
+  return e;
+}
+
+}  // namespace
+
+struct Host::Impl {
+  HostOptions options;
+  std::unique_ptr<QCoreApplication> own_app;
+  std::unique_ptr<db::Store> store;
+  std::function<void(const HostEvent&)> on_event;
+  std::function<std::string(const std::string&, const std::string&)> on_query;
+
+  // Made by start(), gone after stop(). The PluginHost lives on `thread`.
+  std::unique_ptr<QThread> thread;
+  QObject* context = nullptr;  // on `thread`: the target of calls made there
+  std::unique_ptr<PluginHost> plugin_host;
+
+  mutable std::mutex mu;  // guards the snapshot below
+  std::vector<BundleStatus> bundles;
+  std::vector<std::string> loaded;
+  int64_t last_applied = 0;
+  bool running = false;
+
+  // On the host thread.
+  void refreshSnapshot() {
+    std::vector<BundleStatus> rows;
+    for (const auto& r : plugin_host->view()) rows.push_back({r.name, r.version, r.path, r.sha256, r.state, r.reason});
+    std::vector<std::string> names;
+    for (const auto& [name, l] : plugin_host->loaded()) names.push_back(s(name + "@" + l.version));
+    std::sort(names.begin(), names.end());
+    std::lock_guard<std::mutex> lock(mu);
+    bundles = std::move(rows);
+    loaded = std::move(names);
+    last_applied = plugin_host->lastApplied();
+  }
+  void emitEvent(const HostEvent& e) {
+    if (!on_event) return;
+    try {
+      on_event(e);
+    } catch (...) {  // the application's callback must not take the host down
+    }
+  }
+  // Runs f on the host thread and waits; rethrows what it threw.
+  void onHostThread(const std::function<void()>& f) {
+    std::exception_ptr failure;
+    QMetaObject::invokeMethod(
+        context,
+        [&] {
+          try {
+            f();
+          } catch (...) {
+            failure = std::current_exception();
+          }
+        },
+        Qt::BlockingQueuedConnection);
+    if (failure) std::rethrow_exception(failure);
+  }
+  void serveOnHostThread();
+  void stopOnHostThread();
+};
+
+Host::Host(HostOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  d.options = std::move(options);
+  if (d.options.plugin_dir.empty()) throw HostError("strata host: no plugin directory given");
+  if (d.options.store_path.empty()) throw HostError("strata host: no store path given");
+  if (d.options.poll_ms <= 0) throw HostError("strata host: poll_ms must be positive");
+  if (!d.options.check.empty() && d.options.check != "record" && d.options.check != "enforce") {
+    throw HostError("strata host: check must be \"\", \"record\" or \"enforce\", not \"" + d.options.check + "\"");
+  }
+  if (QCoreApplication::instance() == nullptr) d.own_app = std::make_unique<QCoreApplication>(g_argc, g_argv);
+  if (d.options.id.empty()) {
+    d.options.id = s(QSysInfo::machineHostName() + ":" + QString::number(QCoreApplication::applicationPid()));
+  }
+  if (d.options.actor.empty()) d.options.actor = s(loginName());
+  try {
+    d.store = std::make_unique<db::Store>(d.options.store_path);
+  } catch (const std::exception& e) {
+    throw HostError(e.what());
+  }
+  d.on_query = [](const std::string& query, const std::string& arg) -> std::string {
+    if (query == "dump") return answerDumpQuery(arg);
+    throw std::runtime_error("unknown query '" + query + "' (this host answers: dump)");
+  };
+}
+
+Host::~Host() {
+  try {
+    stop();
+  } catch (...) {  // a store that went away: the process is ending the host anyway
+  }
+  impl_->store.reset();
+}
+
+void Host::onEvent(std::function<void(const HostEvent&)> callback) { impl_->on_event = std::move(callback); }
+
+void Host::onQuery(std::function<std::string(const std::string&, const std::string&)> handler) {
+  impl_->on_query = std::move(handler);
+}
+
+void Host::Impl::serveOnHostThread() {
+  plugin_host = std::make_unique<PluginHost>(q(options.plugin_dir), store.get());
+  PluginHost& h = *plugin_host;
+  h.setCheckPolicy(options.check == "record"    ? CheckPolicy::record
+                   : options.check == "enforce" ? CheckPolicy::enforce
+                                                : CheckPolicy::off);
+  h.setTrustPolicy({options.allow_insecure_plugins, options.require_trusted});
+  h.setQueryHandler(on_query);
+  QObject::connect(&h, &PluginHost::changed, context, [this](const QStringList& what) {
+    refreshSnapshot();
+    for (const QString& line : what) emitEvent(eventOf(line));
+  }, Qt::DirectConnection);
+  QObject::connect(&h, &PluginHost::applied, context, [this](qint64 change) {
+    refreshSnapshot();  // an applied pin or disable may have changed nothing on disk
+    HostEvent e;
+    e.kind = HostEvent::Kind::applied;
+    e.change = change;
+    e.text = "applied store changes up to " + std::to_string(change);
+    emitEvent(e);
+  }, Qt::DirectConnection);
+  // Note [Plugin trust]: relaxing the checks, or tightening them, is on the record.
+  const std::string dir = s(QFileInfo(q(options.plugin_dir)).absoluteFilePath());
+  if (options.allow_insecure_plugins) store->audit(options.actor, "host.allow_insecure_plugins", dir, "", "on");
+  if (options.require_trusted) store->audit(options.actor, "host.require_trusted", dir, "", "on");
+  db::HostRow me;
+  me.id = options.id;
+  me.pid = QCoreApplication::applicationPid();
+  me.login = options.actor;
+  me.strata_version = STRATA_VERSION " (SDK ABI " + std::to_string(STRATA_SDK_ABI_MAJOR) + "." +
+                      std::to_string(STRATA_SDK_ABI_MINOR) + ")";
+  h.serve(me, options.poll_ms);
+  refreshSnapshot();
+}
+
+void Host::Impl::stopOnHostThread() {
+  plugin_host.reset();  // unloads every bundle, newest first
+  // Note [What each host runs]: its last view stays, marked stopped.
+  store->markHostStopped(options.id);
+}
+
+void Host::start() {
+  Impl& d = *impl_;
+  if (d.thread) return;
+  const QFileInfo dir(q(d.options.plugin_dir));
+  if (!dir.exists()) {
+    throw HostError("the plugin directory " + d.options.plugin_dir + " does not exist");
+  }
+  if (!dir.isDir()) throw HostError("the plugin directory " + d.options.plugin_dir + " is not a directory");
+  d.thread = std::make_unique<QThread>();
+  d.thread->setObjectName("strata-host");
+  d.context = new QObject;
+  d.context->moveToThread(d.thread.get());
+  d.thread->start();
+  try {
+    d.onHostThread([&d] {
+      try {
+        d.serveOnHostThread();
+      } catch (...) {
+        d.plugin_host.reset();
+        throw;
+      }
+    });
+  } catch (const std::exception& e) {
+    QMetaObject::invokeMethod(d.context, [&d] { delete d.context; }, Qt::BlockingQueuedConnection);
+    d.context = nullptr;
+    d.thread->quit();
+    d.thread->wait();
+    d.thread.reset();
+    throw HostError(e.what());
+  }
+  std::lock_guard<std::mutex> lock(d.mu);
+  d.running = true;
+}
+
+void Host::stop() {
+  Impl& d = *impl_;
+  if (!d.thread) return;
+  std::exception_ptr failure;
+  QMetaObject::invokeMethod(
+      d.context,
+      [&d, &failure] {
+        try {
+          d.stopOnHostThread();
+        } catch (...) {
+          failure = std::current_exception();
+        }
+        delete d.context;  // its connections go with it
+      },
+      Qt::BlockingQueuedConnection);
+  d.context = nullptr;
+  d.thread->quit();
+  d.thread->wait();
+  d.thread.reset();
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    d.running = false;
+    d.loaded.clear();
+  }
+  if (failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      throw HostError(std::string("stopping the host: ") + e.what());
+    }
+  }
+}
+
+bool Host::running() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->running;
+}
+std::string Host::id() const { return impl_->options.id; }
+std::string Host::pluginDir() const { return impl_->options.plugin_dir; }
+std::string Host::storePath() const { return impl_->options.store_path; }
+
+std::vector<BundleStatus> Host::bundles() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->bundles;
+}
+
+std::vector<std::string> Host::loaded() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->loaded;
+}
+
+int64_t Host::lastApplied() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->last_applied;
+}
+
+}  // namespace strata::host
