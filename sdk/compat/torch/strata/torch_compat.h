@@ -1,8 +1,9 @@
 // strata/torch_compat.h: build PyTorch C++/CUDA extension sources against Strata
 // with only their #include lines changed. Opt in with the CMake target
 // strata::torch_compat, which puts this folder on the include path: then
-// <torch/extension.h>, <torch/library.h>, <torch/all.h>, <ATen/ATen.h>,
-// <ATen/Operators.h>, <ATen/core/Tensor.h>, <c10/util/Exception.h> and, for CUDA
+// <torch/extension.h>, <torch/library.h>, <torch/all.h>, <torch/torch.h>,
+// <ATen/ATen.h>, <ATen/Operators.h>, <ATen/core/Tensor.h>, <c10/util/Exception.h>,
+// <c10/util/irange.h> and, for CUDA
 // sources, <c10/cuda/CUDAStream.h>, <c10/cuda/CUDAGuard.h>,
 // <c10/cuda/CUDAException.h> and <ATen/cuda/CUDAContext.h> are the shim's.
 //

@@ -368,7 +368,11 @@ using namespace at;  // NOLINT: torch::Tensor, torch::empty, torch::kFloat32... 
 #define AT_PRIVATE_DISPATCH_(TYPE, NAME, CASES)                                                          \
   [&] {                                                                                                  \
     const ::strata::ScalarType at_dispatch_type_ = (TYPE);                                               \
-    switch (at_dispatch_type_) { CASES }                                                                 \
+    switch (at_dispatch_type_) {                                                                         \
+      CASES                                                                                              \
+      default:                                                                                           \
+        break;                                                                                           \
+    }                                                                                                    \
     ::strata::detail::throwError(::strata::ErrorKind::NotImplemented,                                    \
                                  ::c10::str("\"", NAME, "\" not implemented for '", at_dispatch_type_, "'")); \
   }()
