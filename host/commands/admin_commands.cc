@@ -235,16 +235,19 @@ QString actorOption(const QCommandLineParser& parser) {
 Session::Session() = default;
 Session::~Session() = default;
 
+// A command's own load of the directory follows the same trust options as a host.
+// Note [Plugin trust]: running code the checks refuse is on the record, as for a
+// serving host (Host::start); a scan that only tightens them changes nothing, and
+// records nothing.
 void applyTrustOptions(const QCommandLineParser& parser, PluginHost& host, db::Store& store) {
   TrustPolicy p;
   p.allow_insecure = parser.isSet("allow-insecure-plugins");
   p.require_trusted = parser.isSet("require-trusted");
   host.setTrustPolicy(p);
-  // Note [Plugin trust]: relaxing the checks, or tightening them, is on the record.
-  const std::string dir = s(pluginDirOption(parser));
-  const std::string actor = s(actorOption(parser));
-  if (p.allow_insecure) store.audit(actor, "host.allow_insecure_plugins", dir, "", "on");
-  if (p.require_trusted) store.audit(actor, "host.require_trusted", dir, "", "on");
+  if (p.allow_insecure) {
+    store.audit(s(actorOption(parser)), "host.allow_insecure_plugins",
+                s(QFileInfo(pluginDirOption(parser)).absoluteFilePath()), "", "on");
+  }
 }
 
 std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load_plugins) {
@@ -671,9 +674,15 @@ int runKernelCommand(const QStringList& args) {
       }
       throw std::runtime_error(e.what() + (close.empty() ? std::string() : didYouMean(close)));
     }
-    db::Store store(s(storeOption(parser)));
     // --wait promises "a host applied it": with no live host on this store nothing
-    // can, so say so before recording anything.
+    // can, so say so before recording anything (or creating a store at a mistyped path).
+    if (parser.isSet("wait") && !QFileInfo::exists(storeOption(parser))) {
+      err << "error: --wait: no store at " << storeOption(parser) << ", so no live host uses it; nothing was changed "
+          << "(start a host with 'strata serve --db " << storeOption(parser)
+          << "', or leave out --wait to create the store and record the change for hosts that start later)\n";
+      return kExitInvalidInput;
+    }
+    db::Store store(s(storeOption(parser)));
     if (parser.isSet("wait")) {
       bool any = false;
       for (const auto& h : store.hosts()) any = any || hostAlive(h, store);

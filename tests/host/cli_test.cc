@@ -739,6 +739,18 @@ TEST(AdminCommands, TogglesAndPinsCheckTheirNamesAndSayWhatWillHappen) {
   r = run("audit --op core::add.Tensor" + db);
   EXPECT_THAT(r.out, HasSubstr("kernel.disable"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("kernel.enable")));  // the refused --wait recorded nothing
+  // A mistyped --db with --wait: refused, and no store is left at the typo.
+  const std::string typo = ::testing::TempDir() + "/strata_cli_typo." + std::to_string(::getpid()) + ".db";
+  r = run("kernel disable core::add.Tensor cpu --wait 1 --db " + typo);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("--wait: no store at " + typo));
+  EXPECT_THAT(r.out, HasSubstr("nothing was changed"));
+  EXPECT_FALSE(std::filesystem::exists(typo));
+  // A scan that only tightens the trust checks records nothing.
+  const size_t audit_rows = run("audit --json" + db).out.size();
+  r = run("plugins list --require-trusted" + db);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(run("audit --json" + db).out.size(), audit_rows);
   r = run("plugins pin muladd latest" + db);
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, HasSubstr("cannot pin muladd to 'latest': not a semantic version"));
