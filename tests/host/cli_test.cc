@@ -276,6 +276,22 @@ TEST(CliCallTest, BadArgumentsAreClearErrors) {
   EXPECT_EQ(run("call core::sin 'ones(2)' --seed x").status, 2);
 }
 
+// The modes layers register fallbacks that shadow the builtin ones at the same keys
+// (allow_override keeps both): "no kernel" lists each key once, as it serves.
+TEST(CliCallTest, NoKernelListsEachBackendFallbackOnce) {
+  const Result r = run("call mylib::sin 'ones(3).to(\"meta\")'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("mylib::sin: no kernel for dispatch key Meta"));
+  const size_t at = r.out.find(". Backend fallbacks:");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string listed = r.out.substr(at);
+  for (const char* key : {" AutogradMeta (", " AutogradCPU (", " Fake (", " Mode (", " AutocastCPU ("}) {
+    size_t n = 0;
+    for (size_t i = listed.find(key); i != std::string::npos; i = listed.find(key, i + 1)) ++n;
+    EXPECT_EQ(n, 1u) << key << " in " << listed;
+  }
+}
+
 // Literals have a documented cap (64 dims, 2^24 elements): deep nesting and huge or
 // overflowing sizes are refused with the reason, never a stack overflow or a 4 GB
 // allocation; a result of 40,000 dims prints its size.

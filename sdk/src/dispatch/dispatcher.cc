@@ -1224,7 +1224,11 @@ namespace {
   const auto fbs = d.fallbacks();
   if (!fbs.empty()) {
     os << ". Backend fallbacks:";
-    for (const auto& f : fbs) os << " " << toString(f.key) << " (" << f.kind << ")";
+    // One per key: the one that serves it (a layer's fallback registered with
+    // allow_override shadows the builtin one beneath it).
+    for (const auto& f : fbs) {
+      if (f.active) os << " " << toString(f.key) << " (" << f.kind << ")";
+    }
   }
   STRATA_FAIL(NotImplemented, os.str());
 }
