@@ -796,7 +796,9 @@ void PluginHost::recordRegistrations(const Loaded& l) {
       case RegistrationInfo::What::Fallback: regs.push_back({"_", toString(r.key), r.kind, owner, r.debug}); break;
     }
   }
-  for (const auto& r : owned.rules) regs.push_back({r.op, r.kind + "[" + r.target + "]", "rule", owner, r.debug});
+  for (const auto& r : owned.rules) {
+    regs.push_back({r.op, r.target.empty() ? r.kind : r.kind + "[" + r.target + "]", "rule", owner, r.debug});
+  }
   try {
     store_->replaceRegistrations(owner, ops, regs);
   } catch (const db::StoreError& e) {

@@ -518,7 +518,8 @@ int runPluginsCommand(const QStringList& args) {
             out << "  " << q(r.op) << "  " << key << "  " << q(r.kind) << "  owner=" << q(r.owner) << "\n";
           }
           for (const auto& r : owned.rules) {
-            out << "  " << q(r.op) << "  " << q(r.kind + "[" + r.target + "]") << "  rule  owner=" << q(r.owner) << "\n";
+            const std::string label = r.target.empty() ? r.kind : r.kind + "[" + r.target + "]";
+            out << "  " << q(r.op) << "  " << q(label) << "  rule  owner=" << q(r.owner) << "\n";
           }
         }
       }

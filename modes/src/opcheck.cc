@@ -529,7 +529,8 @@ OpcheckResults opcheck(std::string_view op_name, const Stack& args, const std::v
 // --- Sample inputs ---------------------------------------------------------------------
 
 namespace {
-struct SampleInputsRule {};  // the target type of the rule (Note [Operator rules])
+// An op has one sample-inputs rule, for no type in particular: its target is void
+// (Note [Operator rules]), which dump() and the store show as the kind alone.
 constexpr const char* kSampleInputs = "sample_inputs";
 }  // namespace
 
@@ -542,7 +543,7 @@ RegistrationHandleRAII register_sample_inputs(std::string_view op, SampleInputsF
   STRATA_CHECK(static_cast<bool>(samples), Value, "register_sample_inputs(", op, "): the function is empty");
   const OperatorHandle h = Dispatcher::singleton().findSchemaOrThrow(op);
   auto payload = std::make_shared<const SampleInputsFn>(std::move(samples));
-  return Dispatcher::singleton().registerRule(h.operator_name(), kSampleInputs, typeid(SampleInputsRule), payload,
+  return Dispatcher::singleton().registerRule(h.operator_name(), kSampleInputs, typeid(void), payload,
                                               {RegistrationOwnerGuard::current(), detail::registeredAt(loc), false});
 }
 
@@ -552,7 +553,7 @@ void register_sample_inputs(std::string_view op, SampleInputsFn samples, Library
 
 std::optional<std::vector<SampleInput>> sample_inputs(const OperatorHandle& op, std::string_view device_type) {
   const CallScope keep;  // the rule stays alive while it runs, even if removed meanwhile
-  const void* p = op.findRule(kSampleInputs, typeid(SampleInputsRule));
+  const void* p = op.findRule(kSampleInputs, typeid(void));
   if (p == nullptr) return std::nullopt;
   return (*static_cast<const SampleInputsFn*>(p))(device_type);
 }

@@ -17,6 +17,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 struct Result {
@@ -217,6 +218,25 @@ TEST(CliDumpTest, PrintsTheTableAndRejectsUnknownOps) {
   EXPECT_THAT(bad.out, HasSubstr("error: no operator named nope::nothing"));
   EXPECT_EQ(run("dump 'not a name'").status, 1);
   EXPECT_EQ(run("dump").status, 2);
+}
+
+// Rules read as what they are: a mode's torch_dispatch rule names the mode type, and
+// a long name still leaves a space before the owner column; the sample-inputs rule,
+// which has no target type, shows as its kind alone.
+TEST(CliDumpTest, RulesAreReadableAndKeepTheOwnerColumn) {
+  const Result r = run("dump extension_cpp::mymuladd");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("\nrules:\n"));
+  EXPECT_THAT(r.out, HasSubstr("\n  sample_inputs" + std::string(14, ' ') + "owner=muladd@1.1.0   registered at "));
+  EXPECT_THAT(r.out, HasSubstr("\n  torch_dispatch[(anonymous namespace)::FlopCounterMode] owner=flop_counter@1.0.0 "));
+  EXPECT_THAT(r.out, Not(HasSubstr("SampleInputsRule")));
+  EXPECT_THAT(r.out, Not(HasSubstr("]owner=")));
+  // The registrations keep their columns.
+  EXPECT_THAT(r.out, HasSubstr("\n  CPU                        unboxed     owner=muladd@1.1.0   registered at "));
+  const Result show = run("plugins show muladd");
+  EXPECT_EQ(show.status, 0) << show.out;
+  EXPECT_THAT(show.out, HasSubstr("  extension_cpp::mymuladd  sample_inputs  rule  owner=muladd@1.1.0\n"));
+  EXPECT_THAT(show.out, Not(HasSubstr("SampleInputsRule")));
 }
 
 TEST(CliCallTest, RunsOpsOnLiteralArguments) {

@@ -757,7 +757,8 @@ RegistrationHandleRAII Dispatcher::registerRule(const OperatorName& op, std::str
   if (const RuleSet* now = e->rules_owned.get()) rules = now->rules;
   for (const auto& r : rules) {
     if (r->kind == kind && *r->target == target) {
-      STRATA_FAIL(Value, e->qualified, " already has a ", kind, " rule for ", r->target_name, ", registered by '",
+      STRATA_FAIL(Value, e->qualified, " already has a ", kind, " rule",
+                  r->target_name.empty() ? "" : " for " + r->target_name, ", registered by '",
                   r->owner, "' (", r->debug, "); the new one, by '", options.owner, "' (", options.debug,
                   "), is refused. Remove the old rule first.");
     }
@@ -766,7 +767,7 @@ RegistrationHandleRAII Dispatcher::registerRule(const OperatorName& op, std::str
   record->id = impl_->next_id++;
   record->kind = std::move(kind);
   record->target = &target;
-  record->target_name = demangle(target);
+  record->target_name = target == typeid(void) ? std::string() : demangle(target);  // void: no target
   record->payload = std::move(payload);
   record->owner = std::move(options.owner);
   record->debug = std::move(options.debug);
@@ -980,8 +981,10 @@ std::string Dispatcher::dump(const OperatorName& op) {
   if (const auto rs = rules(op); !rs.empty()) {
     os << "\nrules:\n";
     for (const auto& r : rs) {
-      os << "  " << std::left << std::setw(27) << (r.kind + "[" + r.target + "]") << "owner=" << std::setw(14)
-         << r.owner << " " << r.debug << "\n";
+      // A long label (a mode type's name) still leaves a space before the owner.
+      const std::string label = r.target.empty() ? r.kind : r.kind + "[" + r.target + "]";
+      os << "  " << std::left << std::setw(26) << label << " owner=" << std::setw(14) << r.owner << " " << r.debug
+         << "\n";
     }
   }
   {
