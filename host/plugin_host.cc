@@ -476,7 +476,7 @@ QStringList PluginHost::rescan() {
     by_name[f.metadata->name].push_back(&f);
   }
   std::map<std::string, std::string> pins;
-  std::set<std::string> disabled;
+  std::map<std::string, std::string> disabled;  // name -> the admin's reason
   if (store_ != nullptr) {
     for (const auto& p : store_->pins()) pins[p.name] = p.version;
     disabled = store_->disabledBundles();
@@ -485,8 +485,9 @@ QStringList PluginHost::rescan() {
   for (auto& [name, list] : by_name) {
     std::sort(list.begin(), list.end(),
               [](const BundleFile* a, const BundleFile* b) { return a->metadata->version > b->metadata->version; });
-    if (disabled.count(name.toStdString()) != 0) {
-      for (const auto* f : list) record(*f, "disabled", "an admin disabled bundle " + name);
+    if (auto d = disabled.find(name.toStdString()); d != disabled.end()) {
+      const QString why = "an admin disabled bundle " + name + (d->second.empty() ? QString() : ": " + q(d->second));
+      for (const auto* f : list) record(*f, "disabled", why);
       continue;
     }
     const BundleFile* pick = list.front();

@@ -761,10 +761,10 @@ int64_t Store::setBundleDisabled(const std::string& name, bool disabled, const s
   return change;
 }
 
-std::set<std::string> Store::disabledBundles() {
-  Stmt s = prepare("SELECT name FROM bundle_admin WHERE disabled != 0");
-  std::set<std::string> out;
-  while (s.step()) out.insert(s.text(0));
+std::map<std::string, std::string> Store::disabledBundles() {
+  Stmt s = prepare("SELECT name, reason FROM bundle_admin WHERE disabled != 0");
+  std::map<std::string, std::string> out;
+  while (s.step()) out.emplace(s.text(0), s.text(1));
   return out;
 }
 

@@ -460,6 +460,30 @@ TEST(PluginHost, LoadsTheHighestVersionUnlessPinned) {
   EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
 }
 
+// A disabled bundle's row says why, in the admin's words, to every host's view.
+TEST(PluginHost, ADisabledBundleShowsTheReasonTheAdminGave) {
+  Env env;
+  env.add(plugin("mylib"));
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  ASSERT_EQ(host.loaded().count("mylib"), 1u);
+  env.store->setBundleDisabled("mylib", true, "not needed here", "ann");
+  host.sync();
+  EXPECT_EQ(host.loaded().count("mylib"), 0u);
+  EXPECT_EQ(env.row("libmylib.so").state, "disabled");
+  EXPECT_EQ(env.row("libmylib.so").reason, "an admin disabled bundle mylib: not needed here");
+  ASSERT_EQ(host.view().size(), 1u);
+  EXPECT_EQ(host.view().front().reason, "an admin disabled bundle mylib: not needed here");
+  // Disabled again with another reason: the new one shows.
+  env.store->setBundleDisabled("mylib", true, "replaced by mylib2", "ann");
+  host.sync();
+  EXPECT_EQ(host.view().front().reason, "an admin disabled bundle mylib: replaced by mylib2");
+  env.store->setBundleDisabled("mylib", false, "", "ann");
+  env.store->setBundleDisabled("mylib", true, "", "ann");  // no reason given
+  host.sync();
+  EXPECT_EQ(host.view().front().reason, "an admin disabled bundle mylib");
+}
+
 TEST(PluginHost, DependentsLoadAfterTheirDefinerAndAreRefusedWithoutOne) {
   {
     Env env;

@@ -154,7 +154,8 @@ class Store {
   // "" when name is not pinned.
   std::string pinnedVersion(const std::string& name);
   int64_t setBundleDisabled(const std::string& name, bool disabled, const std::string& reason, const std::string& actor);
-  std::set<std::string> disabledBundles();
+  // The disabled bundles: name -> the reason the admin gave ("" when none).
+  std::map<std::string, std::string> disabledBundles();
   // The trust list (serve --require-trusted loads only these sha256s). Audited.
   int64_t trust(const TrustRow& row, const std::string& actor);  // row.actor and time are ignored
   int64_t untrust(const std::string& sha256, const std::string& actor);  // StoreError when not trusted
