@@ -343,10 +343,14 @@ PluginHost::~PluginHost() {
   }
 }
 
-// A file's key in the view: its content, or its path when it could not be hashed.
-static QString viewKey(const BundleFile& f) { return f.sha256.isEmpty() ? "path:" + f.path : f.sha256; }
+// A file's key in the view: its content when it passed discovery (one bundle per
+// sha256), else its path, so that each rejected file keeps its own row, apart from a
+// copy of the same bytes that passed (Note [Plugin trust]).
+static QString viewKey(const BundleFile& f) {
+  return f.error.isEmpty() && !f.sha256.isEmpty() ? f.sha256 : "path:" + f.path;
+}
 
-bool PluginHost::record(const BundleFile& f, const QString& state, const QString& reason) {
+bool PluginHost::record(const BundleFile& f, const QString& state, const QString& reason, bool to_store) {
   db::BundleRow r;
   r.sha256 = f.sha256.toStdString();
   r.path = f.path.toStdString();
@@ -367,7 +371,7 @@ bool PluginHost::record(const BundleFile& f, const QString& state, const QString
   const bool news = added || it->second.state != r.state || it->second.reason != r.reason;
   if (state == "rejected" && news) qCWarning(lcHost).noquote() << "rejected" << f.path << ":" << reason;
   it->second = std::move(row);
-  if (store_ == nullptr || !recording_) return news;
+  if (store_ == nullptr || !recording_ || !to_store) return news;
   try {
     store_->upsertBundle(r);
   } catch (const db::StoreError& e) {
@@ -435,9 +439,11 @@ QStringList PluginHost::sync() {
 
 QStringList PluginHost::rescan() {
   QStringList what;
-  // 1. Discover: every library file; one bundle per sha256.
+  // 1. Discover: every library file, the trust checks first (Note [Plugin trust]).
+  // Only files that pass are one bundle per sha256; each refused file is its own
+  // row, whatever copy of it sits beside it and whichever name sorts first.
   std::vector<BundleFile> files;
-  std::set<QString> seen_sha;
+  std::set<QString> seen_sha;  // of the files that passed
   QDir dir(dir_);
   const QFileInfoList entries = dir.entryInfoList(QDir::Files | QDir::Readable, QDir::Name);
   const QString dir_insecure = entries.isEmpty() ? QString() : insecurityOfDirectory(dir_);
@@ -462,15 +468,18 @@ QStringList PluginHost::rescan() {
       f.error = "refused: not on the trust list (this host runs with --require-trusted; an admin adds it with "
                 "'strata plugins trust " + f.path + "')";
     }
-    if (!f.sha256.isEmpty() && !seen_sha.insert(f.sha256).second) continue;  // the same file twice
+    if (f.error.isEmpty() && !seen_sha.insert(f.sha256).second) continue;  // the same bundle twice
     files.push_back(std::move(f));
   }
   // 2. Choose one version per name: the pin, else the highest compatible one.
   std::map<QString, std::vector<const BundleFile*>> by_name;
   for (const auto& f : files) {
     if (!f.error.isEmpty()) {
+      // The store keeps one row per content: a refused copy of a file that passed
+      // leaves that row to the copy that passed (this host's view has both).
+      const bool to_store = seen_sha.count(f.sha256) == 0;
       // Reported once (what the embedding application and the host's last event see).
-      if (record(f, "rejected", f.error)) what << "rejected " + QFileInfo(f.path).fileName() + ": " + f.error;
+      if (record(f, "rejected", f.error, to_store)) what << "rejected " + QFileInfo(f.path).fileName() + ": " + f.error;
       continue;
     }
     by_name[f.metadata->name].push_back(&f);

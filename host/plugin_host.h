@@ -62,7 +62,10 @@ namespace strata::host {
 //   - each bundle file (after symlinks) likewise, and a symlink must lead to a file
 //     inside the directory, not out of it.
 // A file that fails is hashed (its identity in the store) but never parsed, not even
-// for its metadata: it is recorded as rejected with the reason.
+// for its metadata: it is recorded as rejected with the reason. The checks come before
+// files with the same bytes are taken as one bundle, so a refused copy (a
+// group-writable one, a symlink leading out) is a rejected row of its own beside the
+// copy that passes, whichever name sorts first.
 // `--allow-insecure-plugins` loads it anyway, with the reason kept on the loaded row,
 // and starting a host with it is audited.
 // On top of that, `--require-trusted` loads only files whose sha256 an admin put on
@@ -187,8 +190,9 @@ class PluginHost : public QObject {
   QStringList rescan();
   bool load(const BundleFile& f, QString* error);
   void unload(const QString& name);
-  // Records what this host decided for a file; true when that is new or changed.
-  bool record(const BundleFile& f, const QString& state, const QString& reason);
+  // Records what this host decided for a file, in its view and (when to_store) in the
+  // store's bundles; true when that is new or changed.
+  bool record(const BundleFile& f, const QString& state, const QString& reason, bool to_store = true);
   void recordRegistrations(const Loaded& l);
   void poll();
   void answerQueries();
@@ -208,7 +212,7 @@ class PluginHost : public QObject {
   CheckPolicy check_ = CheckPolicy::off;
   TrustPolicy trust_;
   bool recording_ = true;
-  std::map<QString, db::HostBundleRow> view_;  // by sha256
+  std::map<QString, db::HostBundleRow> view_;  // by viewKey(): sha256, or path for a rejected file
   QueryHandler query_handler_;
 };
 

@@ -228,6 +228,54 @@ TEST(PluginHost, RefusesASymlinkLeadingOutOfTheDirectory) {
   EXPECT_THAT(env.row("libmylib.so").reason, HasSubstr("a symlink leading out of the plugin directory"));
 }
 
+// Note [Plugin trust]: the checks come before copies of one file are taken as one
+// bundle. A refused copy of a bundle is a rejected row of its own, never parsed, and
+// leaves the store's row for those bytes to the copy that passes, which loads
+// whichever name sorts first.
+TEST(PluginHost, ARefusedCopyOfABundleIsItsOwnRejectedRowAndTheGoodCopyLoads) {
+  Env env;
+  env.add(plugin("mylib"), "liba_mylib.so");  // sorts before the good copy
+  env.add(plugin("mylib"));
+  ASSERT_EQ(::chmod(QFile::encodeName(env.dir + "/liba_mylib.so").constData(), 0664), 0);
+  ASSERT_TRUE(QFile::copy(plugin("mylib"), env.tmp.path() + "/libmylib.so"));
+  ASSERT_TRUE(QFile::link(env.tmp.path() + "/libmylib.so", env.dir + "/libz_mylib.so"));  // leads out
+  {
+    std::ofstream junk((env.dir + "/libjunk.so").toStdString());
+    junk << "\x7f" "ELF but not really a library";
+  }
+  ASSERT_EQ(::chmod(QFile::encodeName(env.dir + "/libjunk.so").constData(), 0666), 0);
+  PluginHost host(env.dir, env.store.get());
+  for (int pass = 0; pass < 2; ++pass) {  // a rescan decides the same
+    host.sync();
+    ASSERT_EQ(host.loaded().count("mylib"), 1u);
+    EXPECT_EQ(host.loaded().at("mylib").path, env.dir + "/libmylib.so");
+    std::map<std::string, db::HostBundleRow> by_file;
+    for (const auto& v : host.view()) by_file[QFileInfo(QString::fromStdString(v.path)).fileName().toStdString()] = v;
+    ASSERT_EQ(by_file.size(), 4u);
+    EXPECT_EQ(by_file["libmylib.so"].state, "loaded");
+    EXPECT_EQ(by_file["liba_mylib.so"].state, "rejected");
+    EXPECT_THAT(by_file["liba_mylib.so"].reason, HasSubstr("refused: the file is writable by its group (mode 0664)"));
+    EXPECT_EQ(by_file["libz_mylib.so"].state, "rejected");
+    EXPECT_THAT(by_file["libz_mylib.so"].reason, HasSubstr("refused: it is a symlink leading out of the plugin directory"));
+    // Never parsed: no metadata (the row is named by its file), and a file that is no
+    // plugin at all is refused for what the checks found, not for what it holds.
+    EXPECT_EQ(by_file["liba_mylib.so"].name, "liba_mylib.so");
+    EXPECT_EQ(by_file["liba_mylib.so"].version, "");
+    EXPECT_THAT(by_file["libjunk.so"].reason, HasSubstr("refused: the file is writable by group and others"));
+    EXPECT_THAT(by_file["libjunk.so"].reason, Not(HasSubstr("not a Qt plugin")));
+    // The store's row for mylib's bytes is the loaded copy's.
+    size_t mylib_rows = 0;
+    for (const auto& b : env.store->bundles()) {
+      if (b.sha256 == host.loaded().at("mylib").sha256.toStdString()) {
+        ++mylib_rows;
+        EXPECT_EQ(b.state, "loaded");
+        EXPECT_EQ(b.path, (env.dir + "/libmylib.so").toStdString());
+      }
+    }
+    EXPECT_EQ(mylib_rows, 1u);
+  }
+}
+
 TEST(PluginHost, RefusesABundleAnotherUserDroppedIntoAnOpenDirectory) {
   if (::geteuid() != 0) GTEST_SKIP() << "making a file another user owns needs root";
   Env env;
