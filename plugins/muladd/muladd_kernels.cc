@@ -5,6 +5,7 @@
 // them to): the float32 kernels below, or the core ops for the 16-bit dtypes.
 #include "muladd.h"
 
+#include <strata/cuda.h>
 #include <strata/dispatcher.h>
 #include <strata/modes/autocast.h>
 #include <strata/modes/autograd.h>
@@ -122,24 +123,31 @@ void myadd_out_meta(const Tensor& a, const Tensor& b, Tensor& out) { checkOut(a,
 }  // namespace extension_cpp
 
 #ifdef MULADD_WITH_CUDA
-// From muladd_cuda.cu (C++17, no SDK headers): null, or why the launch failed.
-extern "C" const char* extension_cpp_muladd_launch(const float* a, const float* b, float c, float* out, int64_t n);
-extern "C" const char* extension_cpp_mul_launch(const float* a, const float* b, float* out, int64_t n);
-extern "C" const char* extension_cpp_add_launch(const float* a, const float* b, float* out, int64_t n);
+// From muladd_cuda.cu (C++17, no SDK headers): null, or why the launch failed. Each
+// launches on stream (a cudaStream_t) of device.
+extern "C" const char* extension_cpp_muladd_launch(const float* a, const float* b, float c, float* out, int64_t n,
+                                                   void* stream, int device);
+extern "C" const char* extension_cpp_mul_launch(const float* a, const float* b, float* out, int64_t n, void* stream,
+                                                int device);
+extern "C" const char* extension_cpp_add_launch(const float* a, const float* b, float* out, int64_t n, void* stream,
+                                                int device);
 
 namespace extension_cpp {
 namespace {
 void checkLaunch(const char* error, const char* op) {
   STRATA_CHECK(error == nullptr, Device, op, ": the CUDA kernel failed to launch: ", error);
 }
+// Strata's current stream of t's device: where the SDK's own work on t runs.
+strata::cuda::Stream streamOf(const Tensor& t) { return strata::cuda::getCurrentStream(t.device().index); }
 template <bool kLowPrecision>
 Tensor mymuladd_cuda(const Tensor& a, const Tensor& b, double c) {
   checkPair<kLowPrecision>(a, b, "mymuladd");
   if (!isFloat32(a)) return strata::ops::add(strata::ops::mul(a, b), c);
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
   Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float, a.device());
+  const strata::cuda::Stream s = streamOf(out);
   checkLaunch(extension_cpp_muladd_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), static_cast<float>(c),
-                                          out.data_ptr<float>(), out.numel()),
+                                          out.data_ptr<float>(), out.numel(), s.handle(), s.device_index()),
               "mymuladd");
   return out;
 }
@@ -149,14 +157,18 @@ Tensor mymul_cuda(const Tensor& a, const Tensor& b) {
   if (!isFloat32(a)) return strata::ops::mul(a, b);
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
   Tensor out = strata::ops::empty(shape(a), strata::ScalarType::Float, a.device());
-  checkLaunch(extension_cpp_mul_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(), out.numel()),
+  const strata::cuda::Stream s = streamOf(out);
+  checkLaunch(extension_cpp_mul_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(), out.numel(),
+                                       s.handle(), s.device_index()),
               "mymul");
   return out;
 }
 void myadd_out_cuda(const Tensor& a, const Tensor& b, Tensor& out) {
   checkOut(a, b, out);
   const Tensor ac = strata::ops::contiguous(a), bc = strata::ops::contiguous(b);
-  checkLaunch(extension_cpp_add_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(), out.numel()),
+  const strata::cuda::Stream s = streamOf(out);
+  checkLaunch(extension_cpp_add_launch(ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>(), out.numel(),
+                                       s.handle(), s.device_index()),
               "myadd_out");
 }
 }  // namespace

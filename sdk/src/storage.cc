@@ -15,7 +15,6 @@ namespace {
 constexpr size_t kCpuAlignment = 64;
 
 void freeCpu(void* ctx) { std::free(ctx); }
-void freeCuda(void* ctx) { detail::cuda::free(ctx); }
 }  // namespace
 
 Storage allocateStorage(size_t nbytes, Device device) {
@@ -31,8 +30,8 @@ Storage allocateStorage(size_t nbytes, Device device) {
       return make_intrusive<StorageImpl>(DataPtr{}, nbytes, kMeta);
     case DeviceType::CUDA: {
       const int index = device.index >= 0 ? device.index : detail::cuda::currentDevice();
-      void* p = detail::cuda::malloc(nbytes, index);
-      return make_intrusive<StorageImpl>(DataPtr{p, p, &freeCuda}, nbytes,
+      // Note [The caching allocator] in cuda/caching_allocator.h.
+      return make_intrusive<StorageImpl>(detail::cuda::allocate(nbytes, index), nbytes,
                                          Device(DeviceType::CUDA, static_cast<int8_t>(index)));
     }
     case DeviceType::PrivateUse1:

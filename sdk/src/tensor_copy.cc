@@ -1,6 +1,8 @@
 // Copies, conversions and fills: the one place data crosses dtypes and devices.
-// CUDA transfers stage through host memory (cudaMemcpy of the span a tensor
-// covers), so every layout works without per-layout kernels.
+// CUDA transfers stage through host memory (a copy of the span a tensor covers),
+// so every layout works without per-layout kernels. They run on the current stream
+// of the tensor's device, and a copy to the host waits for that stream only
+// (strata/cuda.h).
 #include <cmath>
 #include <cstring>
 
@@ -78,7 +80,7 @@ Tensor hostMirror(const Tensor& t, bool read_back) {
   Storage host = allocateStorage(static_cast<size_t>(span.count) * es, kCPU);
   if (read_back && span.count > 0) {
     const char* dev = static_cast<const char*>(t.storage()->data()) + span.first * static_cast<int64_t>(es);
-    detail::cuda::memcpy(host->data(), dev, span.count * es, CopyKind::DeviceToHost);
+    detail::cuda::memcpy(host->data(), dev, span.count * es, CopyKind::DeviceToHost, t.device().index);
   }
   return Tensor(make_intrusive<TensorImpl>(std::move(host), t.dtype(),
                                            std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
@@ -89,7 +91,7 @@ void writeBack(const Tensor& device_dst, const Tensor& mirror) {
   const Span span = spanOf(device_dst);
   const size_t es = device_dst.element_size();
   char* dev = static_cast<char*>(device_dst.storage()->data()) + span.first * static_cast<int64_t>(es);
-  detail::cuda::memcpy(dev, mirror.storage()->data(), span.count * es, CopyKind::HostToDevice);
+  detail::cuda::memcpy(dev, mirror.storage()->data(), span.count * es, CopyKind::HostToDevice, device_dst.device().index);
 }
 
 bool sameDevice(Device have, Device want) {
@@ -120,7 +122,8 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
   STRATA_CHECK((is_cpu() || is_cuda()) && (src.is_cpu() || src.is_cuda()), Device, "copy_ from ",
                src.device().str(), " to ", device().str(), " is not supported");
   if (is_cuda() && src.is_cuda() && dtype() == src.dtype() && is_contiguous() && src.is_contiguous()) {
-    detail::cuda::memcpy(data_ptr(), src.data_ptr(), nbytes(), CopyKind::DeviceToDevice);
+    detail::cuda::memcpy(data_ptr(), src.data_ptr(), nbytes(), CopyKind::DeviceToDevice, device().index,
+                         src.device().index);
     return *this;
   }
   const Tensor host_src = src.is_cpu() ? src : hostMirror(src, /*read_back=*/true);

@@ -52,9 +52,11 @@ class STRATA_API StorageImpl final : public intrusive_ptr_target {
 
 using Storage = intrusive_ptr<StorageImpl>;
 
-// Allocates nbytes on device (64-byte aligned on CPU; cudaMalloc on CUDA; no memory
-// at all on Meta). A CUDA device with index -1 resolves to the current device.
-// Throws strata::Error(Device) when the device is unavailable, naming the reason.
+// Allocates nbytes on device (64-byte aligned on CPU; on CUDA, 512-byte aligned from
+// the device's caching allocator, for the thread's current stream: strata/cuda.h;
+// no memory at all on Meta). A CUDA device with index -1 resolves to the current
+// device. Throws strata::Error(Device) when the device is unavailable or out of
+// memory, naming the reason.
 STRATA_API Storage allocateStorage(size_t nbytes, Device device);
 
 }  // namespace strata

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/cuda_backend.h"
 #include "cuda/elementwise.h"
 #include "ops/core_rules.h"
 #include "strata/ops.h"
@@ -33,13 +34,38 @@ DType dtypeOf(ScalarType t) {
   STRATA_FAIL(Type, "CUDA: unsupported dtype code ", static_cast<int>(t));
 }
 
-// Launches are asynchronous on the default stream, as in PyTorch: what follows on the
-// device is ordered after the kernel, and a copy to the host waits for it. A launch
-// error is reported here; an error while the kernel runs surfaces at the next call
-// that synchronizes (CUDA_LAUNCH_BLOCKING=1 reports it at the launch instead).
+// Launches are asynchronous on the current stream of the tensors' device, as in
+// PyTorch: what follows on that stream is ordered after the kernel, and a copy to the
+// host waits for it. A launch error is reported here; an error while the kernel runs
+// surfaces at the next call that synchronizes (CUDA_LAUNCH_BLOCKING=1 reports it at
+// the launch instead).
 void check(cudaError_t e, const char* what) {
-  STRATA_CHECK(e == cudaSuccess, Device, "CUDA kernel ", what, " failed: ", cudaGetErrorString(e));
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  STRATA_FAIL(Device, "CUDA kernel ", what, " failed: ", cudaGetErrorString(e));
 }
+
+// The launch of a kernel on t's device: its current stream there. The device is
+// made current for the launch when it is not (a kernel runs where it is launched).
+class OnDevice {
+ public:
+  explicit OnDevice(const Tensor& t) : device_(t.device().index) {
+    check(cudaGetDevice(&prev_), "cudaGetDevice");
+    if (device_ != prev_) check(cudaSetDevice(device_), "cudaSetDevice");
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+  ~OnDevice() {
+    if (device_ != prev_) cudaSetDevice(prev_);
+  }
+  detail::cuda::Launch launch() const {
+    return {static_cast<cudaStream_t>(detail::cuda::currentStream(device_)), device_};
+  }
+
+ private:
+  int device_;
+  int prev_ = 0;
+};
 
 // The dtype the arithmetic runs in: the kernels have float32/64 and int32/64.
 ScalarType computeType(ScalarType t) {
@@ -53,7 +79,9 @@ Tensor cast(const Tensor& src, ScalarType dtype) {
   if (src.dtype() == dtype) return src;
   Tensor out = empty(src.sizes(), TensorOptions(dtype).with_device(src.device()));
   if (out.numel() > 0) {
-    check(detail::cuda::launchCast(dtypeOf(src.dtype()), src.data_ptr(), dtypeOf(dtype), out.data_ptr(), out.numel()),
+    const OnDevice on(out);
+    check(detail::cuda::launchCast(dtypeOf(src.dtype()), src.data_ptr(), dtypeOf(dtype), out.data_ptr(), out.numel(),
+                                   on.launch()),
           "cast");
   }
   return out;
@@ -69,7 +97,9 @@ Tensor binary(BinaryOp op, const char* name, const Tensor& a, const Tensor& b, S
   const Tensor cb = cast(detail::broadcastTo(b, shape).contiguous(), ct);
   Tensor out = empty(shape, TensorOptions(ct).with_device(a.device()));
   if (out.numel() > 0) {
-    check(detail::cuda::launchBinary(op, dtypeOf(ct), ca.data_ptr(), cb.data_ptr(), out.data_ptr(), out.numel(), alpha),
+    const OnDevice on(out);
+    check(detail::cuda::launchBinary(op, dtypeOf(ct), ca.data_ptr(), cb.data_ptr(), out.data_ptr(), out.numel(), alpha,
+                                     on.launch()),
           name);
   }
   return cast(out, out_dtype);
@@ -79,7 +109,10 @@ Tensor unary(UnaryOp op, const char* name, const Tensor& a, ScalarType out_dtype
   const ScalarType ct = computeType(out_dtype);
   const Tensor ca = cast(a.contiguous(), ct);
   Tensor out = empty(a.sizes(), TensorOptions(ct).with_device(a.device()));
-  if (out.numel() > 0) check(detail::cuda::launchUnary(op, dtypeOf(ct), ca.data_ptr(), out.data_ptr(), out.numel()), name);
+  if (out.numel() > 0) {
+    const OnDevice on(out);
+    check(detail::cuda::launchUnary(op, dtypeOf(ct), ca.data_ptr(), out.data_ptr(), out.numel(), on.launch()), name);
+  }
   return cast(out, out_dtype);
 }
 

@@ -23,8 +23,8 @@
 //     IntArrayRef, c10::irange, torch::empty / zeros / ones / full / rand and their
 //     _like forms, AT_DISPATCH_FLOATING_TYPES(_AND_HALF), AT_DISPATCH_INTEGRAL_TYPES,
 //     AT_DISPATCH_ALL_TYPES.
-//   - CUDA: c10::cuda / at::cuda getCurrentCUDAStream (the default stream, which
-//     Strata uses), CUDAStream, CUDAGuard, OptionalCUDAGuard,
+//   - CUDA: c10::cuda / at::cuda getCurrentCUDAStream (Strata's current stream,
+//     strata/cuda.h), CUDAStream, CUDAGuard, OptionalCUDAGuard,
 //     getCurrentDeviceProperties, C10_CUDA_CHECK, C10_CUDA_KERNEL_LAUNCH_CHECK.
 //
 // Not covered: ATen's operator library beyond the factories and arithmetic above

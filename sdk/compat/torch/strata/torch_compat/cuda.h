@@ -2,9 +2,10 @@
 // (strata/torch_compat.h says what the shim covers). Needs the CUDA runtime headers
 // (a .cu file, or a target linking CUDA::cudart).
 //
-// Strata has no stream state of its own: its kernels and copies run on the CUDA
-// default stream, so that is the stream getCurrentCUDAStream() gives and the one an
-// extension's kernels must use for a later copy to wait for them.
+// getCurrentCUDAStream() is Strata's current stream of the device (strata/cuda.h:
+// the default stream until a strata::cuda::StreamGuard sets another), the one
+// Strata's own kernels and copies run on and an extension's kernels should use for
+// a later copy to wait for them.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -37,7 +38,7 @@ inline void set_device(DeviceIndex d) {
   if (e != cudaSuccess) detail::fail(e, "cudaSetDevice", __FILE__, __LINE__);
 }
 
-// A CUDA stream of a device (c10::cuda::CUDAStream); here always the default stream.
+// A CUDA stream of a device (c10::cuda::CUDAStream).
 class CUDAStream {
  public:
   CUDAStream(cudaStream_t stream, DeviceIndex device) : stream_(stream), device_(device) {}
@@ -62,11 +63,14 @@ class CUDAStream {
   DeviceIndex device_;
 };
 
-// The stream Strata's own CUDA work runs on: the default stream (see above).
 inline CUDAStream getDefaultCUDAStream(DeviceIndex device_index = -1) {
   return CUDAStream(nullptr, device_index < 0 ? current_device() : device_index);
 }
-inline CUDAStream getCurrentCUDAStream(DeviceIndex device_index = -1) { return getDefaultCUDAStream(device_index); }
+// The stream Strata's own CUDA work on the device runs on (see above).
+inline CUDAStream getCurrentCUDAStream(DeviceIndex device_index = -1) {
+  const strata::cuda::Stream s = strata::cuda::getCurrentStream(device_index < 0 ? current_device() : device_index);
+  return CUDAStream(static_cast<cudaStream_t>(s.handle()), static_cast<DeviceIndex>(s.device_index()));
+}
 
 // Makes a device current for its lifetime, then restores the previous one.
 class CUDAGuard {
