@@ -62,6 +62,54 @@ TEST(Concurrency, DispatchWhileRegisteringDeregisteringAndToggling) {
   EXPECT_EQ(Dispatcher::singleton().numRetiredKernels(), 0u);
 }
 
+// Note [Lock-free operator lookup]: names are found without the registry's lock
+// while another thread defines thousands of ops (the table grows several times
+// under the readers) and removes and re-adds a def.
+TEST(Concurrency, FindSchemaWhileDefiningThousandsOfOps) {
+  constexpr int kOps = 5000;
+  std::atomic<int> defined{0};
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0};
+  std::atomic<int64_t> found{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&, t] {
+      auto& d = Dispatcher::singleton();
+      uint64_t i = static_cast<uint64_t>(t);
+      while (!stop.load(std::memory_order_relaxed)) {
+        const int n = defined.load(std::memory_order_acquire);
+        if (n == 0) continue;
+        const int k = static_cast<int>(i++ % static_cast<uint64_t>(n));
+        // Every op below `defined` stays defined, and is found; one never defined is not.
+        auto h = d.findSchema(OperatorName{"lookup_conc::op" + std::to_string(k), ""});
+        if (!h || h->schema().name() != "lookup_conc::op" + std::to_string(k)) bad.fetch_add(1);
+        if (d.findSchema(OperatorName{"lookup_conc::never" + std::to_string(k), ""})) bad.fetch_add(1);
+        found.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  Library lib(Library::DEF, "lookup_conc");
+  for (int i = 0; i < kOps; ++i) {
+    lib.def("op" + std::to_string(i) + "(Tensor x) -> Tensor");
+    defined.store(i + 1, std::memory_order_release);
+  }
+  {
+    // A def that comes and goes: found while it is there, not after.
+    Library frag(Library::FRAGMENT, "lookup_conc");
+    frag.def("transient(Tensor x) -> Tensor");
+    EXPECT_TRUE(Dispatcher::singleton().findSchema(OperatorName{"lookup_conc::transient", ""}).has_value());
+  }
+  EXPECT_FALSE(Dispatcher::singleton().findSchema(OperatorName{"lookup_conc::transient", ""}).has_value());
+  while (found.load() < 20000) std::this_thread::yield();
+  stop.store(true);
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(bad.load(), 0);
+  // Overloads are told apart.
+  lib.def("op0.other(Tensor x) -> Tensor");
+  EXPECT_EQ(Dispatcher::singleton().findSchema(OperatorName{"lookup_conc::op0", "other"})->schema().overload_name(),
+            "other");
+}
+
 TEST(Concurrency, TlsSetsAreThreadLocal) {
   IncludeDispatchKeyGuard g(DispatchKey::AutocastCPU);
   bool other_has = true;

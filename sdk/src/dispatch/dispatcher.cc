@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iomanip>
 #include <mutex>
 #include <optional>
@@ -293,10 +294,38 @@ DispatchKeySet OperatorInfo::keysOfValue(const IValue& v) {
 
 struct Dispatcher::Impl {
   std::mutex mu;
+  // Inline, eight bytes a step: the lock-free lookup's cost is mostly this hash
+  // (std::hash is an out-of-line call per string). Names are not adversarial input
+  // here (they come from registrations), so speed over hash-flooding resistance.
   struct NameHash {
+    static uint64_t mix(uint64_t h, uint64_t v) {
+      h = (h ^ v) * 0xff51afd7ed558ccdULL;
+      return h ^ (h >> 29);
+    }
+    static uint64_t bytes(uint64_t h, std::string_view s) {
+      const char* p = s.data();
+      size_t n = s.size();
+      for (; n >= 8; p += 8, n -= 8) {
+        uint64_t v;
+        std::memcpy(&v, p, 8);
+        h = mix(h, v);
+      }
+      // The last 0 to 7 bytes without a variable-length copy (wyhash's way): two
+      // overlapping 4-byte reads, or up to three single bytes.
+      uint64_t tail = 0;
+      if (n >= 4) {
+        uint32_t lo, hi;
+        std::memcpy(&lo, p, 4);
+        std::memcpy(&hi, p + n - 4, 4);
+        tail = (uint64_t{hi} << 32) | lo;
+      } else if (n > 0) {
+        const auto* u = reinterpret_cast<const unsigned char*>(p);
+        tail = (uint64_t{u[0]} << 16) | (uint64_t{u[n >> 1]} << 8) | u[n - 1];
+      }
+      return mix(h, tail ^ (uint64_t{s.size()} << 56));
+    }
     size_t operator()(const OperatorName& n) const noexcept {
-      const size_t h = std::hash<std::string_view>()(n.name);
-      return h ^ (std::hash<std::string_view>()(n.overload_name) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+      return static_cast<size_t>(bytes(bytes(0x9e3779b97f4a7c15ULL, n.name), n.overload_name));
     }
   };
   // Keyed by the name itself, so a lookup builds no string.
@@ -325,11 +354,63 @@ struct Dispatcher::Impl {
   uint64_t next_id = 1;
   std::vector<std::unique_ptr<Library>> builtins;  // owner "builtin"; see registerBuiltins
 
+  // Note [Lock-free operator lookup]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // findSchema() is how code reaches an op by name (a bundle's calls, ops::
+  // wrappers, the CLI), so it takes no lock. Entries are never erased, so the names
+  // can live in an open-addressing table of entry pointers that only grows:
+  //   - a writer (under mu) fills an empty slot with a release store, or, past half
+  //     full, builds a table twice the size holding every entry and publishes it;
+  //   - a reader probes the table it loaded (acquire) from the name's hash until it
+  //     finds the name or an empty slot;
+  //   - tables that were replaced are kept while the dispatcher lives (together
+  //     smaller than the current one), so a reader never probes freed memory.
+  // Whether the op has a schema is its `info` pointer, itself read lock-free.
+  struct NameTable {
+    explicit NameTable(size_t capacity) : mask(capacity - 1), slots(new std::atomic<OperatorEntry*>[capacity]) {
+      for (size_t i = 0; i < capacity; ++i) slots[i].store(nullptr, std::memory_order_relaxed);
+    }
+    const size_t mask;
+    std::unique_ptr<std::atomic<OperatorEntry*>[]> slots;
+    size_t used = 0;  // guarded by mu
+    void insert(OperatorEntry* e) {
+      size_t i = NameHash()(e->name) & mask;
+      while (slots[i].load(std::memory_order_relaxed) != nullptr) i = (i + 1) & mask;
+      slots[i].store(e, std::memory_order_release);
+      ++used;
+    }
+  };
+  std::atomic<const NameTable*> names{nullptr};
+  std::vector<std::unique_ptr<NameTable>> name_tables;  // guarded by mu; back() is `names`
+
+  void indexName(OperatorEntry* e) {
+    NameTable* t = name_tables.empty() ? nullptr : name_tables.back().get();
+    if (t != nullptr && (t->used + 1) * 2 <= t->mask + 1) {
+      t->insert(e);
+      return;
+    }
+    auto bigger = std::make_unique<NameTable>(t == nullptr ? size_t{1024} : (t->mask + 1) * 2);
+    for (const auto& [_, entry] : ops) bigger->insert(entry.get());  // e is among them
+    names.store(bigger.get(), std::memory_order_release);
+    name_tables.push_back(std::move(bigger));
+  }
+  // No lock: Note [Lock-free operator lookup].
+  OperatorEntry* findLockFree(const OperatorName& name) const {
+    const NameTable* t = names.load(std::memory_order_acquire);
+    if (t == nullptr) return nullptr;
+    for (size_t i = NameHash()(name) & t->mask;; i = (i + 1) & t->mask) {
+      OperatorEntry* e = t->slots[i].load(std::memory_order_acquire);
+      if (e == nullptr) return nullptr;
+      if (e->name.name == name.name && e->name.overload_name == name.overload_name) return e;
+    }
+  }
+
   OperatorEntry& entry(const OperatorName& name) {
     auto& slot = ops[name];
     if (!slot) {
       slot = std::make_unique<OperatorEntry>(name);
       for (auto& s : slot->core.table) s.store(&sharedKernels().missing, std::memory_order_relaxed);
+      indexName(slot.get());
     }
     return *slot;
   }
@@ -548,9 +629,10 @@ Dispatcher& Dispatcher::singleton() {
 }
 
 std::optional<OperatorHandle> Dispatcher::findSchema(const OperatorName& name) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  OperatorEntry* e = impl_->find(name);
-  if (e == nullptr || !e->def) return std::nullopt;
+  // No lock (Note [Lock-free operator lookup]): `info` is set exactly while the op
+  // has a def.
+  OperatorEntry* e = impl_->findLockFree(name);
+  if (e == nullptr || e->info.load(std::memory_order_acquire) == nullptr) return std::nullopt;
   return e->handle();
 }
 
