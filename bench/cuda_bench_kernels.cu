@@ -1,5 +1,6 @@
 // The CUDA kernel the cuda/ scenarios launch: a*b+c on float32, as the muladd
-// bundle's. Returns the launch's error; the kernel runs asynchronously.
+// bundle's, one element per thread. Returns the launch's error; the kernel runs
+// asynchronously on stream.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -11,8 +12,8 @@ __global__ void muladd_kernel(const float* a, const float* b, float c, float* ou
 }
 }  // namespace
 
-cudaError_t strataBenchMulAdd(const float* a, const float* b, float c, float* out, int64_t n) {
+cudaError_t strataBenchMulAdd(const float* a, const float* b, float c, float* out, int64_t n, cudaStream_t stream) {
   constexpr int kThreads = 256;
-  muladd_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads>>>(a, b, c, out, n);
+  muladd_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(a, b, c, out, n);
   return cudaGetLastError();
 }

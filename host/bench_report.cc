@@ -83,6 +83,9 @@ std::optional<BenchRun> parseBenchmarkJson(const QByteArray& json, QString* erro
       r.ns = toNs(b["real_time"].toDouble(), b["time_unit"].toString("ns"));
       r.items_per_second = b["items_per_second"].toDouble(0);
       r.bytes_per_second = b["bytes_per_second"].toDouble(0);
+      for (auto it = b.begin(); it != b.end(); ++it) {
+        if (it.value().isDouble()) r.counters[it.key()] = it.value().toDouble();
+      }
     }
     auto it = index.find(r.name);
     if (it == index.end()) {
@@ -234,6 +237,8 @@ QString formatNs(double ns) {
   return num(ns, ns >= 100 ? 0 : 2) + " ns";
 }
 
+void checkCudaGoals(const BenchRun& strata, std::vector<BenchGoal>& goals);
+
 std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer, const PythonAnchors* python) {
   std::vector<BenchGoal> goals;
   auto ok = [](const BenchResult* r) { return r != nullptr && r->error.isEmpty() && r->ns > 0; };
@@ -357,7 +362,65 @@ std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer, 
   }
   const BenchResult* load = strata.find("host/load_100_bundles");
   if (ok(load)) goals.push_back({"host/load_100_bundles under 1 s", formatNs(load->ns), load->ns < 1e9});
+  checkCudaGoals(strata, goals);
   return goals;
+}
+
+// The CUDA path's goals, measured on the device the run names (context "cuda_device").
+// A goal whose scenarios ran but were skipped (no device) is reported unmeasured,
+// with the reason: never a figure.
+void checkCudaGoals(const BenchRun& strata, std::vector<BenchGoal>& goals) {
+  auto ok = [](const BenchResult* r) { return r != nullptr && r->error.isEmpty() && r->ns > 0; };
+  const QString device = strata.context["cuda_device"].toString();
+  const QString on = device.isEmpty() ? QString() : " on " + device;
+  // Adds the goal: measured by `measure` when every input ran, else unmeasured with
+  // the first input's error; nothing when none of them ran.
+  auto add = [&](const QString& goal, std::initializer_list<const BenchResult*> inputs, auto measure) {
+    const BenchResult* skipped = nullptr;
+    bool any = false;
+    for (const BenchResult* r : inputs) {
+      any = any || r != nullptr;
+      if (r != nullptr && !ok(r) && skipped == nullptr) skipped = r;
+    }
+    if (!any) return;
+    for (const BenchResult* r : inputs) {
+      if (r == nullptr) return;  // filtered out: not a goal of this run
+    }
+    if (skipped != nullptr) {
+      goals.push_back({goal, "unmeasured: skipped: " + skipped->error, false, true});
+      return;
+    }
+    BenchGoal g = measure();
+    g.goal = goal;
+    g.measured += on;
+    goals.push_back(g);
+  };
+  const BenchResult* add1m = strata.find("cuda/core_add_1m");
+  add("cuda/core_add_1m at most 10 us, with 0 cudaMalloc per iteration", {add1m}, [&] {
+    const auto it = add1m->counters.find("cuda_mallocs_per_iter");
+    const double mallocs = it != add1m->counters.end() ? it->second : -1;
+    return BenchGoal{{}, formatNs(add1m->ns) + ", " + (mallocs < 0 ? QString("cudaMalloc calls not counted")
+                                                                    : num(mallocs, 3) + " cudaMalloc per iteration"),
+                     add1m->ns <= 10e3 && mallocs == 0};
+  });
+  const BenchResult* mul = strata.find("cuda/bw/muladd/256m");
+  const BenchResult* copy = strata.find("cuda/bw/memcpy_d2d/256m");
+  add("cuda/bw/muladd/256m at least 85% of the device's copy bandwidth (cuda/bw/memcpy_d2d/256m, same run)",
+      {mul, copy}, [&] {
+        const double ratio = copy->bytes_per_second > 0 ? mul->bytes_per_second / copy->bytes_per_second : 0;
+        return BenchGoal{{}, num(mul->bytes_per_second / 1e9, 1) + " GB/s = " + num(100 * ratio, 1) + "% of " +
+                                 num(copy->bytes_per_second / 1e9, 1) + " GB/s",
+                         ratio >= 0.85};
+      });
+  const BenchResult* direct = strata.find("cuda/direct_launch_4");
+  const BenchResult* via = strata.find("cuda/unboxed/muladd_launch_4");
+  add("CUDA dispatch overhead (cuda/unboxed/muladd_launch_4 minus cuda/direct_launch_4) under 100 ns", {direct, via},
+      [&] {
+        const double d = via->ns - direct->ns;
+        return BenchGoal{{}, (d >= 0 ? "+" : "") + formatNs(d) + " (" + formatNs(via->ns) + " vs " +
+                                 formatNs(direct->ns) + ")",
+                         d < 100};
+      });
 }
 
 QString modeStackChart(const std::vector<const BenchResult*>& rows, const ModeStackFit& fit, double modes_top,

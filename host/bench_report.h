@@ -24,6 +24,8 @@ struct BenchResult {
   double items_per_second = 0;  // 0 when the scenario does not count items
   double bytes_per_second = 0;  // 0 when the scenario does not count bytes (casts and copies do)
   QString error;                // non-empty: the scenario was skipped or failed, and why
+  // Every number of the scenario's entry, user counters included ("cuda_mallocs_per_iter").
+  std::map<QString, double> counters;
 };
 
 struct BenchRun {
@@ -70,11 +72,15 @@ std::optional<PythonAnchors> parsePythonAnchors(const QByteArray& text, QString*
 QString anchorScenario(const QString& anchor);
 
 // Issue 6's goals, each with what was measured; a goal whose inputs were not run
-// (or need a peer that was not given) is left out.
+// (or need a peer that was not given) is left out. The CUDA goals whose scenarios
+// ran but were skipped (no device) are kept, marked unmeasured with the reason.
 struct BenchGoal {
   QString goal;
   QString measured;
   bool met = false;
+  // Its scenarios ran but were skipped (the CUDA goals without a device): neither
+  // met nor missed, and `measured` says why.
+  bool unmeasured = false;
 };
 // The peer's results by scenario. A file holding "libtorch/..." results (such as
 // one --json wrote, with Strata's own beside them) counts for those alone; any

@@ -39,6 +39,8 @@ constexpr Subcommand kSubcommands[] = {
     {"bench", "Run the dispatch benchmarks (--peer libtorch: beside PyTorch's), chart them (--plot)",
      &strata::host::runBenchCommand},
     {"demo", "Show the SDK's values: tensors, DLPack, IValues, schemas", &strata::host::runDemoCommand},
+    {"cuda", "Show the CUDA devices (or why there are none) and the caching allocator's memory statistics",
+     &strata::host::runCudaCommand},
 };
 
 void printUsage(QTextStream& out) {

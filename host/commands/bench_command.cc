@@ -272,7 +272,10 @@ int runBenchCommand(const QStringList& args) {
   const auto goals = checkGoals(*strata_run, peer_ptr, python ? &*python : nullptr);
   if (!goals.empty()) {
     out << "\ngoals:\n";
-    for (const BenchGoal& g : goals) out << "  " << (g.met ? "met   " : "missed") << "  " << g.goal << ": " << g.measured << "\n";
+    for (const BenchGoal& g : goals) {
+      out << "  " << (g.unmeasured ? "n/a   " : g.met ? "met   " : "missed") << "  " << g.goal << ": " << g.measured
+          << "\n";
+    }
   }
   out.flush();
 

@@ -113,5 +113,8 @@ int runAuditCommand(const QStringList& args);
 int runHostsCommand(const QStringList& args);
 int runCallCommand(const QStringList& args);
 int runBenchCommand(const QStringList& args);
+// strata cuda [--json]: the devices (or why CUDA is unavailable) and each one's
+// caching allocator statistics.
+int runCudaCommand(const QStringList& args);
 
 }  // namespace strata::host

@@ -231,5 +231,64 @@ TEST(BenchReport, TheChartHasABarPerScenarioAndTheModeStackLine) {
   EXPECT_EQ(formatNs(153e6), "153 ms");
 }
 
+// The CUDA goals: measured (met and missed) from a document as the GPU writes it,
+// and unmeasured, with the reason, when the scenarios were skipped for want of a
+// device. Never a figure that was not measured.
+TEST(BenchReport, CudaGoalsAreMetMissedOrUnmeasured) {
+  auto bw = [](const QString& name, double gbs) {
+    QJsonObject e = entry(name + "/manual_time", 1, "ms");
+    e["bytes_per_second"] = gbs * 1e9;
+    return e;
+  };
+  auto goalsOf = [](const QJsonArray& benchmarks, const QString& device) {
+    QJsonObject context{{"num_cpus", 16}};
+    if (!device.isEmpty()) context["cuda_device"] = device;
+    QString error;
+    const auto run =
+        parseBenchmarkJson(QJsonDocument(QJsonObject{{"context", context}, {"benchmarks", benchmarks}}).toJson(), &error);
+    std::map<std::string, BenchGoal> out;
+    for (const BenchGoal& g : checkGoals(*run, nullptr)) out[g.goal.left(g.goal.indexOf(' ')).toStdString()] = g;
+    return out;
+  };
+  QJsonObject add = entry("cuda/core_add_1m/real_time", 8.2, "us");
+  add["cuda_mallocs_per_iter"] = 0.0;
+  auto met = goalsOf({add, bw("cuda/bw/muladd/256m", 2900), bw("cuda/bw/memcpy_d2d/256m", 3100),
+                      entry("cuda/direct_launch_4", 2300), entry("cuda/unboxed/muladd_launch_4", 2360)},
+                     "NVIDIA H100 80GB HBM3 (cuda:0)");
+  ASSERT_EQ(met.size(), 3u);
+  EXPECT_TRUE(met["cuda/core_add_1m"].met);
+  EXPECT_EQ(met["cuda/core_add_1m"].measured, "8.20 us, 0.000 cudaMalloc per iteration on NVIDIA H100 80GB HBM3 (cuda:0)");
+  EXPECT_TRUE(met["cuda/bw/muladd/256m"].met);
+  EXPECT_THAT(met["cuda/bw/muladd/256m"].measured.toStdString(), HasSubstr("2900.0 GB/s = 93.5% of 3100.0 GB/s"));
+  EXPECT_TRUE(met["CUDA"].met);  // +60 ns
+  EXPECT_THAT(met["CUDA"].measured.toStdString(), HasSubstr("+60.00 ns"));
+
+  add["cuda_mallocs_per_iter"] = 0.5;  // a cudaMalloc every other call: missed, however fast
+  auto missed = goalsOf({add, bw("cuda/bw/muladd/256m", 2000), bw("cuda/bw/memcpy_d2d/256m", 3100),
+                         entry("cuda/direct_launch_4", 2300), entry("cuda/unboxed/muladd_launch_4", 2500)},
+                        "");
+  EXPECT_FALSE(missed["cuda/core_add_1m"].met);
+  EXPECT_FALSE(missed["cuda/core_add_1m"].unmeasured);
+  EXPECT_FALSE(missed["cuda/bw/muladd/256m"].met);
+  EXPECT_FALSE(missed["CUDA"].met);
+
+  auto skipped = [](const QString& name) {
+    return QJsonObject{{"name", name}, {"run_name", name}, {"run_type", "iteration"}, {"error_occurred", true},
+                       {"error_message", "no CUDA device: no CUDA device is visible"}};
+  };
+  auto none = goalsOf({skipped("cuda/core_add_1m/real_time"), skipped("cuda/bw/muladd/256m/manual_time"),
+                       skipped("cuda/bw/memcpy_d2d/256m/manual_time"), skipped("cuda/direct_launch_4"),
+                       skipped("cuda/unboxed/muladd_launch_4")},
+                      "none (no CUDA device is visible)");
+  ASSERT_EQ(none.size(), 3u);
+  for (const auto& [name, g] : none) {
+    EXPECT_TRUE(g.unmeasured) << name;
+    EXPECT_FALSE(g.met) << name;
+    EXPECT_EQ(g.measured, "unmeasured: skipped: no CUDA device: no CUDA device is visible") << name;
+  }
+  // Scenarios filtered out of the run: no CUDA goal at all.
+  EXPECT_TRUE(goalsOf({entry("unboxed/ident", 2.5)}, "").empty());
+}
+
 }  // namespace
 }  // namespace strata::host

@@ -36,6 +36,9 @@ STRATA_API int device_count();
 // Why is_available() is false ("" when it is true), e.g. "strata was built
 // without CUDA" or the CUDA runtime's own reason.
 STRATA_API std::string unavailable_reason();
+// "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)". device -1: the current one.
+// Throws Error(Device) without CUDA or for a device that does not exist.
+STRATA_API std::string device_description(int device = -1);
 
 // --- Streams ------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ struct CachingAllocator::Block {
   int pending_events = 0;
   std::vector<StreamHandle> stream_uses;  // other streams that used it (recordStream)
 
+  Block(Segment* seg, char* p, size_t bytes) : segment(seg), ptr(p), size(bytes) {}
   bool wholeSegment() const { return prev == nullptr && next == nullptr; }
   bool inPool() const { return !allocated && pending_events == 0; }
 };
@@ -112,7 +113,7 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
 
   const size_t rest = block->size - size;
   if (small ? rest >= kMinBlockSize : rest > kSmallSize) {
-    auto* tail = new Block{block->segment, block->ptr + size, rest};
+    auto* tail = new Block(block->segment, block->ptr + size, rest);
     tail->prev = block;
     tail->next = block->next;
     if (tail->next != nullptr) tail->next->prev = tail;
@@ -138,7 +139,7 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
 
 // Best fit: the smallest free block of at least size, taken out of the pool.
 CachingAllocator::Block* CachingAllocator::findFree(Pool& pool, size_t size) {
-  Block key{nullptr, nullptr, size};
+  Block key(nullptr, nullptr, size);
   auto it = pool.lower_bound(&key);
   if (it == pool.end()) return nullptr;
   Block* b = *it;
@@ -154,7 +155,7 @@ CachingAllocator::Block* CachingAllocator::adoptIdleSegment(StreamHandle stream,
   Block* best = nullptr;
   for (auto& [key, pool] : pools_) {
     if (key.first == stream || key.second != small) continue;
-    Block probe{nullptr, nullptr, size};
+    Block probe(nullptr, nullptr, size);
     for (auto it = pool.lower_bound(&probe); it != pool.end(); ++it) {
       Block* b = *it;
       if (!b->wholeSegment()) continue;
@@ -190,7 +191,7 @@ CachingAllocator::Block* CachingAllocator::newSegment(StreamHandle stream, bool 
   ++stats_.segments;
   stats_.reserved_bytes += bytes;
   stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
-  return new Block{seg, static_cast<char*>(p), bytes};
+  return new Block(seg, static_cast<char*>(p), bytes);
 }
 
 void CachingAllocator::free(void* ptr) noexcept {

@@ -280,6 +280,14 @@ bool is_available() { return availability().why.empty(); }
 int device_count() { return availability().count; }
 std::string unavailable_reason() { return availability().why; }
 
+std::string device_description(int device) {
+  const int d = detail::cuda::resolve(device);
+  cudaDeviceProp p{};
+  check(cudaGetDeviceProperties(&p, d), "cudaGetDeviceProperties");
+  return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
+         std::to_string(p.multiProcessorCount) + " SMs, " + detail::cuda::formatBytes(p.totalGlobalMem) + ")";
+}
+
 bool Stream::query() const {
   DeviceGuard guard(device_);
   const cudaError_t e = cudaStreamQuery(static_cast<cudaStream_t>(handle_));

@@ -23,6 +23,7 @@ bool is_built() { return false; }
 bool is_available() { return false; }
 int device_count() { return 0; }
 std::string unavailable_reason() { return detail::cuda::kWhy; }
+std::string device_description(int) { detail::cuda::requireAvailable(); return {}; }
 
 bool Stream::query() const { detail::cuda::requireAvailable(); return true; }
 void Stream::synchronize() const { detail::cuda::requireAvailable(); }
