@@ -211,22 +211,25 @@ std::string TensorType::str() const {
 
 void TensorTypes::add(const Tensor& t) {
   if (!t.defined()) return;
-  keys_ = keys_ | t.unsafeGetTensorImpl()->key_set();
-  const TensorType tt{t.device().type, t.dtype(), t.requires_grad()};
+  const TensorImpl& impl = *t.unsafeGetTensorImpl();
+  keys_ = keys_ | impl.key_set();
+  const TensorType tt{impl.storage()->device().type, impl.dtype(), impl.requires_grad()};
   for (size_t i = 0; i < n_; ++i) {
     if (types_[i] == tt) return;
   }
-  if (n_ == kMax) {
+  if (__builtin_expect(n_ == kMax, 0)) {
     truncated_ = true;
     return;
   }
   types_[n_++] = tt;
 }
 
+// Every trip through the Mode fallback computes these: plain tensors first, the rest
+// out of line.
 TensorTypes TensorTypes::of(const Stack& args) {
   TensorTypes out;
   for (const IValue& v : args) {
-    if (v.isTensor()) {
+    if (__builtin_expect(v.isTensor(), 1)) {
       out.add(v.toTensor());
     } else if (v.isTensorList()) {
       for (const Tensor& t : v.toTensorList()) out.add(t);
