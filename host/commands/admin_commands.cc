@@ -88,6 +88,48 @@ QStringList waitForHosts(db::Store& store, int64_t change, double seconds) {
   }
 }
 
+// Note [Waiting for hosts]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// An admin change (kernel disable|enable, plugins pin|unpin|disable|enable) with
+// --wait [SECS] returns once every live host on the store applied it (exit 0), or
+// after SECS seconds (default 10) names the hosts that have not (exit 3; the change
+// stays recorded, and they apply it when they catch up). --wait promises that a host
+// applied it, so with no live host on the store (or no store at all, which it does
+// not create) nothing is recorded and the command exits 1 saying so.
+
+// --wait [SECS]: takes SECS off the end of `pos` when it holds one more argument than
+// the command takes. False, and *why, when SECS is not a number of seconds.
+bool takeWaitSeconds(const QCommandLineParser& parser, QStringList& pos, qsizetype takes, double* secs,
+                     QString* why) {
+  *secs = 10.0;
+  if (!parser.isSet("wait") || pos.size() != takes + 1) return true;
+  bool ok = false;
+  *secs = pos.takeLast().toDouble(&ok);
+  if (!ok || !std::isfinite(*secs) || *secs < 0 || *secs > 86400) {
+    *why = "--wait expects a number of seconds from 0 to 86400";
+    return false;
+  }
+  return true;
+}
+
+// Why --wait cannot be kept with the store at `path` (Note [Waiting for hosts]), before
+// it is opened: "" when there is a store there.
+QString noStoreToWaitOn(const QString& path) {
+  if (QFileInfo::exists(path)) return {};
+  return "--wait: no store at " + path + ", so no live host uses it; nothing was changed (start a host with "
+         "'strata serve --db " + path + "', or leave out --wait to create the store and record the change for "
+         "hosts that start later)";
+}
+
+// Why --wait cannot be kept on `store`: "" when a live host uses it.
+QString noLiveHostToWaitFor(db::Store& store, const QString& path) {
+  for (const auto& h : store.hosts()) {
+    if (hostAlive(h, store)) return {};
+  }
+  return "--wait: no live host uses the store " + path + "; nothing was changed (start one with 'strata serve --db " +
+         path + "', or leave out --wait to record the change for hosts that start later)";
+}
+
 // "name     version  state      path\n    reason\n"
 QString bundleLine(const std::string& name, const std::string& version, const std::string& state,
                    const std::string& path, const std::string& reason) {
@@ -401,6 +443,7 @@ int runPluginsCommand(const QStringList& args) {
       "  unpin NAME\n"
       "  disable NAME          unload it everywhere and keep it unloaded\n"
       "  enable NAME\n"
+      "                        (each of these four takes --wait [SECS])\n"
       "  trust FILE|NAME@VERSION    put the bundle's sha256 on the trust list (serve --require-trusted)\n"
       "  untrust FILE|NAME@VERSION|SHA256\n"
       "  trusted               list the trust list");
@@ -409,6 +452,8 @@ int runPluginsCommand(const QStringList& args) {
   parser.addOption({"json", "Print JSON (list: an array of bundle objects; with --host or --all-hosts, an array of "
                             "host objects, as 'strata hosts --json', each with its \"bundles\")."});
   parser.addOption({"reason", "Why (disable/enable), for the audit log.", "TEXT"});
+  parser.addOption({"wait", "pin, unpin, disable, enable: return once every live host has applied the change, or "
+                            "fail (exit 3) after SECS seconds (default 10) naming the hosts that have not."});
   parser.addOption({"host", "list: what the running host ID loaded, as it recorded it in the store (ID as 'strata "
                             "hosts' prints it, or its pid), instead of a scan by this command.",
                     "ID"});
@@ -425,6 +470,16 @@ int runPluginsCommand(const QStringList& args) {
   auto a = arity.find(action);
   if (a == arity.end()) {
     err << args.first() << ": unknown action '" << action << "'\n" << helpText(parser, args.first());
+    return kExitUsage;
+  }
+  const bool admin_change = action == "pin" || action == "unpin" || action == "disable" || action == "enable";
+  if (parser.isSet("wait") && !admin_change) {
+    err << args.first() << " " << action << ": --wait goes with pin, unpin, disable and enable\n";
+    return kExitUsage;
+  }
+  double wait_secs = 10.0;
+  if (QString why; !takeWaitSeconds(parser, pos, a->second, &wait_secs, &why)) {
+    err << args.first() << " " << action << ": " << why << "\n";
     return kExitUsage;
   }
   if (pos.size() != a->second) {
@@ -464,6 +519,22 @@ int runPluginsCommand(const QStringList& args) {
       if (parser.isSet("json")) out << QJsonDocument(all).toJson(QJsonDocument::Indented);
       else if (hosts.empty()) out << "no host has used the store " << q(store.path()) << " in the last 24 hours\n";
       return kExitOk;
+    }
+    if (admin_change) {
+      if (!isBundleName(pos[0])) {
+        err << "error: '" << pos[0] << "' is not a bundle name (letters, digits, '_', '.', '-')\n";
+        return kExitInvalidInput;
+      }
+      if (action == "pin" && !isSemanticVersion(pos[1])) {
+        err << "error: cannot pin " << pos[0] << " to '" << pos[1]
+            << "': not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.0.0); nothing was changed\n";
+        return kExitInvalidInput;
+      }
+      // Note [Waiting for hosts]: refused before a store is created at a mistyped path.
+      if (const QString why = parser.isSet("wait") ? noStoreToWaitOn(storeOption(parser)) : QString(); !why.isEmpty()) {
+        err << "error: " << why << "\n";
+        return kExitInvalidInput;
+      }
     }
     const bool scan = action == "list" || action == "show";
     auto session = openSession(parser, scan);
@@ -568,13 +639,9 @@ int runPluginsCommand(const QStringList& args) {
       return kExitOk;
     }
     const std::string name = s(pos[0]);
-    if (!isBundleName(pos[0])) {
-      err << "error: '" << pos[0] << "' is not a bundle name (letters, digits, '_', '.', '-')\n";
-      return kExitInvalidInput;
-    }
-    if (action == "pin" && !isSemanticVersion(pos[1])) {
-      err << "error: cannot pin " << pos[0] << " to '" << pos[1]
-          << "': not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.0.0); nothing was changed\n";
+    if (const QString why = parser.isSet("wait") ? noLiveHostToWaitFor(store, storeOption(parser)) : QString();
+        !why.isEmpty()) {
+      err << "error: " << why << "\n";
       return kExitInvalidInput;
     }
     if (action == "pin" || action == "disable") {
@@ -588,12 +655,23 @@ int runPluginsCommand(const QStringList& args) {
     if (action == "pin") change = store.pin(name, s(pos[1]), actor);
     else if (action == "unpin") change = store.unpin(name, actor);
     else change = store.setBundleDisabled(name, action == "disable", s(parser.value("reason")), actor);
+    QStringList behind;
+    if (parser.isSet("wait")) behind = waitForHosts(store, change, wait_secs);
     if (parser.isSet("json")) {
-      out << QJsonDocument(QJsonObject{{"action", action}, {"bundle", pos[0]}, {"change", static_cast<qint64>(change)}})
+      out << QJsonDocument(QJsonObject{{"action", action},
+                                       {"bundle", pos[0]},
+                                       {"change", static_cast<qint64>(change)},
+                                       {"not_applied_by", QJsonArray::fromStringList(behind)}})
                  .toJson(QJsonDocument::Compact)
           << "\n";
     } else {
-      out << action << " " << pos.join(' ') << ": recorded (change " << change << ")\n";
+      out << action << " " << pos.join(' ') << ": recorded (change " << change << ")";
+      if (parser.isSet("wait") && behind.isEmpty()) out << "; applied by every live host";
+      out << "\n";
+    }
+    if (!behind.isEmpty()) {
+      err << "error: not applied within " << wait_secs << " s by: " << behind.join(", ") << "\n";
+      return kExitTimeout;
     }
     return kExitOk;
   } catch (const std::exception& e) {
@@ -624,13 +702,9 @@ int runKernelCommand(const QStringList& args) {
   if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
   QStringList pos = parser.positionalArguments();
   double wait_secs = 10.0;
-  if (parser.isSet("wait") && pos.size() == 4) {
-    bool ok = false;
-    wait_secs = pos.takeLast().toDouble(&ok);
-    if (!ok || !std::isfinite(wait_secs) || wait_secs < 0 || wait_secs > 86400) {
-      err << args.first() << ": --wait expects a number of seconds from 0 to 86400\n";
-      return kExitUsage;
-    }
+  if (QString why; !takeWaitSeconds(parser, pos, 3, &wait_secs, &why)) {
+    err << args.first() << ": " << why << "\n";
+    return kExitUsage;
   }
   if (pos.size() != 3 || (pos[0] != "disable" && pos[0] != "enable")) {
     err << args.first() << ": expected disable|enable OP DEVICE_OR_KEY\n" << helpText(parser, args.first());
@@ -675,24 +749,17 @@ int runKernelCommand(const QStringList& args) {
       }
       throw std::runtime_error(e.what() + (close.empty() ? std::string() : didYouMean(close)));
     }
-    // --wait promises "a host applied it": with no live host on this store nothing
-    // can, so say so before recording anything (or creating a store at a mistyped path).
-    if (parser.isSet("wait") && !QFileInfo::exists(storeOption(parser))) {
-      err << "error: --wait: no store at " << storeOption(parser) << ", so no live host uses it; nothing was changed "
-          << "(start a host with 'strata serve --db " << storeOption(parser)
-          << "', or leave out --wait to create the store and record the change for hosts that start later)\n";
+    // Note [Waiting for hosts]: refused before anything is recorded (or a store is
+    // created at a mistyped path).
+    if (const QString why = parser.isSet("wait") ? noStoreToWaitOn(storeOption(parser)) : QString(); !why.isEmpty()) {
+      err << "error: " << why << "\n";
       return kExitInvalidInput;
     }
     db::Store store(s(storeOption(parser)));
-    if (parser.isSet("wait")) {
-      bool any = false;
-      for (const auto& h : store.hosts()) any = any || hostAlive(h, store);
-      if (!any) {
-        err << "error: --wait: no live host uses the store " << storeOption(parser)
-            << "; nothing was changed (start one with 'strata serve --db " << storeOption(parser)
-            << "', or leave out --wait to record the change for hosts that start later)\n";
-        return kExitInvalidInput;
-      }
+    if (const QString why = parser.isSet("wait") ? noLiveHostToWaitFor(store, storeOption(parser)) : QString();
+        !why.isEmpty()) {
+      err << "error: " << why << "\n";
+      return kExitInvalidInput;
     }
     // An op no bundle recorded in this store (and no builtin op) is accepted, for a
     // bundle that brings it later, with a warning saying so.

@@ -28,7 +28,7 @@ class PluginHost;
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitInvalidInput = 1;
 inline constexpr int kExitUsage = 2;
-// kernel ... --wait: some live host did not apply the change in time.
+// kernel or plugins ... --wait: some live host did not apply the change in time.
 inline constexpr int kExitTimeout = 3;
 
 // --plugins, --db and --actor, shared by the commands that use the host or the store.

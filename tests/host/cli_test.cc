@@ -852,6 +852,87 @@ TEST(AdminCommands, WaitTimesOutNamingTheHostsBehind) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// Bundle changes wait as kernel toggles do (Note [Waiting for hosts] in
+// admin_commands.cc): with no live host, nothing is recorded (exit 1); with no store
+// at --db, none is created; a live host that does not apply the change in time is
+// named (exit 3), and the change stays recorded.
+TEST(AdminCommands, BundleChangesWaitLikeKernelToggles) {
+  char tmpl[] = "/tmp/strata-bwait-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string db = " --db " + dir + "/s.db";
+  ASSERT_EQ(run("audit" + db).status, 0);  // creates the store
+  for (const char* change : {"pin muladd 1.0.0", "unpin muladd", "disable mylib --reason r", "enable mylib"}) {
+    const Result r = run(std::string("plugins ") + change + " --wait 1" + db);
+    EXPECT_EQ(r.status, 1) << change << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr("--wait: no live host uses the store")) << change;
+    EXPECT_THAT(r.out, HasSubstr("nothing was changed")) << change;
+  }
+  EXPECT_THAT(run("audit" + db).out, Not(HasSubstr("bundle.")));  // the refused changes recorded nothing
+  const std::string typo = dir + "/typo.db";
+  Result r = run("plugins disable mylib --wait --db " + typo);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--wait: no store at " + typo));
+  EXPECT_FALSE(std::filesystem::exists(typo));
+  r = run("plugins list --wait" + db);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--wait goes with pin, unpin, disable and enable"));
+  r = run("plugins unpin muladd --wait soon" + db);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--wait expects a number of seconds"));
+  // A host on another machine that heartbeats but never applies anything.
+  ASSERT_EQ(std::system(("sqlite3 " + dir + "/s.db \"INSERT INTO hosts (id, pid) VALUES ('elsewhere:42', 42)\"").c_str()),
+            0);
+  r = run("plugins disable mylib --reason 'not here' --wait 0.3 --actor ann" + db);
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("disable mylib: recorded (change "));
+  EXPECT_THAT(r.out, HasSubstr("not applied within 0.3 s by: elsewhere:42"));
+  r = run("plugins pin muladd 1.0.0 --wait 0.2 --json --actor ann" + db);
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("\"not_applied_by\":[\"elsewhere:42\"]"));
+  r = run("audit" + db);
+  EXPECT_THAT(r.out, HasSubstr("bundle.disable  mylib: enabled -> disabled: not here"));
+  EXPECT_THAT(r.out, HasSubstr("bundle.pin      muladd: - -> 1.0.0"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// With a live host, a bundle change with --wait returns once the host applied it: what
+// the host runs is already in its view, with no polling.
+TEST(ServeEndToEnd, BundleChangesWithWaitReturnOnceTheHostApplied) {
+  char tmpl[] = "/tmp/strata-bwait-live-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string plugins = dir + "/plugins", db = dir + "/s.db";
+  ASSERT_EQ(std::system(("mkdir -p " + plugins + " && cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_0_0.so " +
+                         STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_1_0.so " STRATA_PLUGIN_BUILD_DIR "/libmylib.so " +
+                         plugins).c_str()),
+            0);
+  ServeProcess serve(dir, plugins, db);
+  ASSERT_GT(serve.pid, 0);
+  serve.waitFor("ready.", 100);
+  ASSERT_THAT(serve.log(), HasSubstr("loaded     muladd@1.1.0"));
+  const std::string opts = " --db " + db + " --actor ann";
+  const std::string host = " --host " + std::to_string(serve.pid);
+  Result r = run("plugins pin muladd 1.0.0 --wait 10" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("pin muladd 1.0.0: recorded (change "));
+  EXPECT_THAT(r.out, HasSubstr("; applied by every live host\n"));
+  EXPECT_THAT(run("plugins list" + host + opts).out, HasSubstr("muladd           1.0.0    loaded"));
+  r = run("plugins disable mylib --reason 'not needed here' --wait" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("applied by every live host"));
+  r = run("plugins list" + host + opts);
+  EXPECT_THAT(r.out, HasSubstr("mylib            1.0.0    disabled"));
+  EXPECT_THAT(r.out, HasSubstr("an admin disabled bundle mylib: not needed here"));
+  r = run("plugins enable mylib --wait 10 --json" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("\"not_applied_by\":[]"));
+  EXPECT_THAT(run("plugins list" + host + opts).out, HasSubstr("mylib            1.0.0    loaded"));
+  r = run("plugins unpin muladd --wait" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(run("plugins list" + host + opts).out, HasSubstr("muladd           1.1.0    loaded"));
+  EXPECT_EQ(serve.stop(), 0) << serve.log();
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // Note [Plugin trust]: a host run with --require-trusted loads only what an admin
 // trusted, and picks up a bundle trusted while it runs; both are audited.
 TEST(ServeEndToEnd, RequireTrustedLoadsOnlyTrustedBundlesAndPicksUpNewTrust) {
