@@ -27,6 +27,7 @@
 #include "strata/cuda.h"
 #include "strata/dispatcher.h"
 #include "strata/modes/autocast.h"
+#include "strata/modes/custom_op.h"
 #include "strata/modes/log_mode.h"
 #include "strata/modes/vmap.h"
 #include "strata/ops.h"
@@ -99,6 +100,28 @@ bool mapped(const QString& file_name) {
 
 // The check discovery runs on every plugin's metadata, on JSON alone. Version numbers
 // must fit the int QVersionNumber compares (a fuzzer found one that did not).
+// A bundle hands its custom_op to the registrar, which keeps it (and so the op) for
+// the bundle's lifetime and removes it with the rest, newest first.
+TEST(BundleRegistrar, KeepsACustomOpForTheBundlesLifetime) {
+  const OperatorName name = parseOperatorName("keep_cop::twice");
+  auto registrar = std::make_unique<BundleRegistrar>("keep_cop", "1.0.0");
+  {
+    RegistrationOwnerGuard owner(registrar->owner());
+    auto twice = modes::custom_op(
+        "keep_cop::twice", [](const Tensor& x) { return ops::add(x, x); }, {"x"}, /*mutates_args=*/{});
+    twice.register_fake([](const Tensor& x) { return ops::empty_like(x); });
+    registrar->keep(std::move(twice));
+  }  // the registrar holds it now
+  ASSERT_TRUE(Dispatcher::singleton().findSchema(name).has_value());
+  const Tensor two = Dispatcher::singleton().findSchemaOrThrow("keep_cop::twice").typed<Tensor(const Tensor&)>().call(
+      ops::ones({2}));
+  EXPECT_TRUE(ops::allclose(two, ops::full({2}, 2.0)));
+  EXPECT_GT(registrationsOwnedBy("keep_cop@1.0.0"), 0u);
+  registrar->clear();
+  EXPECT_FALSE(Dispatcher::singleton().findSchema(name).has_value());
+  EXPECT_EQ(registrationsOwnedBy("keep_cop@1.0.0"), 0u);
+}
+
 TEST(PluginHost, ChecksMetadataFieldByField) {
   const auto meta = [](const char* bundle_json) {
     QJsonObject m;

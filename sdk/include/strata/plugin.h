@@ -36,6 +36,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "strata/dispatcher.h"
@@ -79,6 +81,19 @@ class STRATA_API BundleRegistrar {
   Library& library(Library::Kind kind, std::string_view ns, std::string_view device_or_key);
   // Keeps any other registration for the bundle's lifetime.
   void keep(RegistrationHandleRAII registration);
+  // Takes any other object that owns registrations (a custom_op's CustomOpDef) and
+  // keeps it for the bundle's lifetime: it is destroyed, and so what it registered
+  // removed, in turn with the rest, newest first.
+  //   r.keep(std::move(def));
+  // Inline (the object's type is the bundle's): the registrar holds it through a
+  // RegistrationHandleRAII.
+  template <typename T>
+    requires(!std::is_lvalue_reference_v<T> && !std::is_same_v<std::remove_cv_t<T>, RegistrationHandleRAII> &&
+             std::is_move_constructible_v<std::remove_cv_t<T>>)
+  void keep(T&& owner) {
+    auto held = std::make_shared<std::remove_cv_t<T>>(std::move(owner));
+    keep(RegistrationHandleRAII([held = std::move(held)]() mutable { held.reset(); }));
+  }
   // Runs the STRATA_LIBRARY blocks captured while the bundle's library loaded, each
   // in a library the host keeps for the bundle, as if registerAll had made it.
   void runStaticBlocks(const std::vector<detail::StaticLibraryBlock>& blocks);
