@@ -7,9 +7,10 @@
 // an event loop on its thread. An application that embeds Strata may have none (or
 // one it does not want the host's disk and store work on), so the Host runs the
 // PluginHost on a QThread of its own: start() makes the thread, then builds and
-// serves the PluginHost there (a blocking queued call, so the first load is done and
-// any error is thrown on the caller's thread when start() returns); stop() destroys
-// it there (the bundles are unloaded on the thread that loaded them) and joins.
+// serves the PluginHost there (the caller waits, so the first load is done and any
+// error is thrown on the caller's thread when start() returns); stop() destroys
+// it there (the bundles are unloaded on the thread that loaded them) and joins. Each
+// such call is a job handed over under a mutex of our own (Impl::onHostThread).
 // Everything the application may read while the host runs (bundles(), loaded(),
 // lastApplied()) is a snapshot the host thread refreshes after each change, under
 // `mu`. Qt's event loops need a QCoreApplication in the process: when the
@@ -25,6 +26,7 @@
 #include <QThread>
 
 #include <algorithm>
+#include <condition_variable>
 #include <exception>
 #include <mutex>
 
@@ -103,20 +105,43 @@ struct Host::Impl {
     } catch (...) {  // the application's callback must not take the host down
     }
   }
-  // Runs f on the host thread and waits; rethrows what it threw.
+  // Runs f on the host thread and waits; rethrows what it threw. The hand-off is
+  // ordered by job_mu, not only by Qt's event queue: Qt's own locks are invisible
+  // to ThreadSanitizer, this mutex is not, and it makes everything the caller wrote
+  // before (the job itself included) visible to the job, and everything the job
+  // wrote visible to the caller after.
+  std::mutex job_mu;
+  std::condition_variable job_done;
   void onHostThread(const std::function<void()>& f) {
     std::exception_ptr failure;
+    bool done = false;
+    std::unique_lock<std::mutex> lock(job_mu);
     QMetaObject::invokeMethod(
         context,
         [&] {
+          std::unique_lock<std::mutex> job(job_mu);  // waits for the caller to post and wait
+          job.unlock();
           try {
             f();
           } catch (...) {
             failure = std::current_exception();
           }
+          job.lock();
+          done = true;
+          job_done.notify_all();
         },
-        Qt::BlockingQueuedConnection);
+        Qt::QueuedConnection);
+    job_done.wait(lock, [&] { return done; });
     if (failure) std::rethrow_exception(failure);
+  }
+  // Ends the host thread once a job emptied it: the context goes with the thread's
+  // last events (deleteLater), then the thread is joined.
+  void endThread() {
+    onHostThread([this] { context->deleteLater(); });
+    context = nullptr;
+    thread->quit();
+    thread->wait();
+    thread.reset();
   }
   void serveOnHostThread();
   void stopOnHostThread();
@@ -224,11 +249,7 @@ void Host::start() {
       }
     });
   } catch (const std::exception& e) {
-    QMetaObject::invokeMethod(d.context, [&d] { delete d.context; }, Qt::BlockingQueuedConnection);
-    d.context = nullptr;
-    d.thread->quit();
-    d.thread->wait();
-    d.thread.reset();
+    d.endThread();
     throw HostError(e.what());
   }
   std::lock_guard<std::mutex> lock(d.mu);
@@ -239,21 +260,12 @@ void Host::stop() {
   Impl& d = *impl_;
   if (!d.thread) return;
   std::exception_ptr failure;
-  QMetaObject::invokeMethod(
-      d.context,
-      [&d, &failure] {
-        try {
-          d.stopOnHostThread();
-        } catch (...) {
-          failure = std::current_exception();
-        }
-        delete d.context;  // its connections go with it
-      },
-      Qt::BlockingQueuedConnection);
-  d.context = nullptr;
-  d.thread->quit();
-  d.thread->wait();
-  d.thread.reset();
+  try {
+    d.onHostThread([&d] { d.stopOnHostThread(); });
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  d.endThread();
   {
     std::lock_guard<std::mutex> lock(d.mu);
     d.running = false;
