@@ -6,7 +6,9 @@
 // A PluginHost is a QObject driven by timers and a QFileSystemWatcher, so it needs
 // an event loop on its thread. An application that embeds Strata may have none (or
 // one it does not want the host's disk and store work on), so the Host runs the
-// PluginHost on a QThread of its own: start() makes the thread, then builds and
+// PluginHost on a thread of its own (a std::thread running a QEventLoop: joining it
+// is a pthread_join, which ThreadSanitizer understands, where QThread::wait() is
+// ordered by Qt's futex-based locks only): start() makes the thread, then builds and
 // serves the PluginHost there (the caller waits, so the first load is done and any
 // error is thrown on the caller's thread when start() returns); stop() destroys
 // it there (the bundles are unloaded on the thread that loaded them) and joins. Each
@@ -23,12 +25,13 @@
 #include <QFileInfo>
 #include <QMetaObject>
 #include <QSysInfo>
-#include <QThread>
+#include <QEventLoop>
 
 #include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <thread>
 
 #include "operator_info.h"
 #include "plugin_host.h"
@@ -41,6 +44,9 @@ namespace {
 
 QString q(const std::string& s) { return QString::fromStdString(s); }
 std::string s(const QString& x) { return x.toStdString(); }
+
+// Orders every hand-off between a Host's caller and its thread (Impl::onHostThread).
+std::mutex g_job_mu;
 
 // The QCoreApplication a Host makes when the application has none: argv must
 // outlive it.
@@ -76,8 +82,10 @@ struct Host::Impl {
   std::function<std::string(const std::string&, const std::string&)> on_query;
 
   // Made by start(), gone after stop(). The PluginHost lives on `thread`.
-  std::unique_ptr<QThread> thread;
+  std::thread thread;
   QObject* context = nullptr;  // on `thread`: the target of calls made there
+  QEventLoop* loop = nullptr;  // `thread`'s
+  bool thread_ready = false;   // guarded by g_job_mu
   std::unique_ptr<PluginHost> plugin_host;
 
   mutable std::mutex mu;  // guards the snapshot below
@@ -106,20 +114,21 @@ struct Host::Impl {
     }
   }
   // Runs f on the host thread and waits; rethrows what it threw. The hand-off is
-  // ordered by job_mu, not only by Qt's event queue: Qt's own locks are invisible
-  // to ThreadSanitizer, this mutex is not, and it makes everything the caller wrote
-  // before (the job itself included) visible to the job, and everything the job
-  // wrote visible to the caller after.
-  std::mutex job_mu;
+  // ordered by g_job_mu, not only by Qt's event queue: Qt's own locks are invisible
+  // to ThreadSanitizer, this mutex is not. The job takes it before it reads anything
+  // the caller wrote (its own captures included), and the caller holds it from
+  // before it builds the job until it waits, so what the caller wrote is visible to
+  // the job and what the job wrote to the caller after. One mutex for every Host:
+  // it is held only for the hand-off.
   std::condition_variable job_done;
   void onHostThread(const std::function<void()>& f) {
     std::exception_ptr failure;
     bool done = false;
-    std::unique_lock<std::mutex> lock(job_mu);
+    std::unique_lock<std::mutex> lock(g_job_mu);
     QMetaObject::invokeMethod(
         context,
         [&] {
-          std::unique_lock<std::mutex> job(job_mu);  // waits for the caller to post and wait
+          std::unique_lock<std::mutex> job(g_job_mu);  // first: before any capture is read
           job.unlock();
           try {
             f();
@@ -134,14 +143,33 @@ struct Host::Impl {
     job_done.wait(lock, [&] { return done; });
     if (failure) std::rethrow_exception(failure);
   }
-  // Ends the host thread once a job emptied it: the context goes with the thread's
-  // last events (deleteLater), then the thread is joined.
+  // Starts the host thread: a std::thread (Qt adopts it) running a QEventLoop, so
+  // joining it is a pthread_join ThreadSanitizer sees; QThread's own wait() is
+  // ordered by Qt's locks alone.
+  void startThread() {
+    thread = std::thread([this] {
+      QObject ctx;
+      QEventLoop events;
+      {
+        std::lock_guard<std::mutex> lock(g_job_mu);
+        context = &ctx;
+        loop = &events;
+        thread_ready = true;
+        job_done.notify_all();
+      }
+      events.exec();
+    });
+    std::unique_lock<std::mutex> lock(g_job_mu);
+    job_done.wait(lock, [this] { return thread_ready; });
+  }
+  // Ends the host thread once a job emptied it: the loop quits from inside a job
+  // (nothing wakes the thread after that), then the thread is joined.
   void endThread() {
-    onHostThread([this] { context->deleteLater(); });
+    onHostThread([this] { loop->quit(); });
+    thread.join();
     context = nullptr;
-    thread->quit();
-    thread->wait();
-    thread.reset();
+    loop = nullptr;
+    thread_ready = false;
   }
   void serveOnHostThread();
   void stopOnHostThread();
@@ -228,17 +256,13 @@ void Host::Impl::stopOnHostThread() {
 
 void Host::start() {
   Impl& d = *impl_;
-  if (d.thread) return;
+  if (d.thread.joinable()) return;
   const QFileInfo dir(q(d.options.plugin_dir));
   if (!dir.exists()) {
     throw HostError("the plugin directory " + d.options.plugin_dir + " does not exist");
   }
   if (!dir.isDir()) throw HostError("the plugin directory " + d.options.plugin_dir + " is not a directory");
-  d.thread = std::make_unique<QThread>();
-  d.thread->setObjectName("strata-host");
-  d.context = new QObject;
-  d.context->moveToThread(d.thread.get());
-  d.thread->start();
+  d.startThread();
   try {
     d.onHostThread([&d] {
       try {
@@ -258,7 +282,7 @@ void Host::start() {
 
 void Host::stop() {
   Impl& d = *impl_;
-  if (!d.thread) return;
+  if (!d.thread.joinable()) return;
   std::exception_ptr failure;
   try {
     d.onHostThread([&d] { d.stopOnHostThread(); });
