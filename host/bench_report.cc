@@ -285,6 +285,41 @@ std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer, 
                        fit->ns_per_mode <= 0.5 * layer->ns});
     }
   }
+  // What a mode stack costs: a pass-through mode at most 15 ns, the first one (which
+  // boxes the call) at most 25 ns over the plain call, the boxed paths at most 0.35x
+  // PyTorch's and the registry's name lookup and bulk registration at most 0.5x; and
+  // no scenario slower than PyTorch's same one.
+  if (const auto fit = fitModeStack(strata)) {
+    goals.push_back({"each pass-through mode at most 15 ns", formatNs(fit->ns_per_mode) + " per mode",
+                     fit->ns_per_mode <= 15.0});
+  }
+  const BenchResult* depth0 = strata.find("mode_stack/0");
+  const BenchResult* depth1 = strata.find("mode_stack/1");
+  if (ok(depth0) && ok(depth1)) {
+    const double d = depth1->ns - depth0->ns;
+    goals.push_back({"the first mode (boxing the call) at most 25 ns over mode_stack/0",
+                     "+" + formatNs(d) + " (" + formatNs(depth1->ns) + " vs " + formatNs(depth0->ns) + ")", d <= 25.0});
+  }
+  if (peer != nullptr) {
+    const BenchRatio* slowest = nullptr;
+    const std::vector<BenchRatio> ratios = pairWithPeer(strata, *peer);
+    for (const BenchRatio& r : ratios) {
+      const bool boxed = r.name == "boxed/muladd" || r.name == "unboxed/muladd_one_boxed_layer";
+      const bool registry = r.name == "registry/find_op" || r.name == "registry/register_10k";
+      if (boxed || registry) {
+        const double limit = boxed ? 0.35 : 0.5;
+        goals.push_back({r.name + " at most " + num(limit, 2) + "x PyTorch's",
+                         num(r.ratio(), 2) + "x (" + formatNs(r.strata_ns) + " vs " + formatNs(r.peer_ns) + ")",
+                         r.ratio() <= limit});
+      }
+      if (r.name == "unboxed/ident_grad_fallthrough") continue;  // see above: not the same work
+      if (slowest == nullptr || r.ratio() > slowest->ratio()) slowest = &r;
+    }
+    if (slowest != nullptr) {
+      goals.push_back({"no scenario slower than PyTorch's same scenario",
+                       "slowest " + slowest->name + ": " + num(slowest->ratio(), 2) + "x", slowest->ratio() <= 1.0});
+    }
+  }
   const BenchResult* one = strata.find("threads/unboxed_muladd/threads:1");
   const BenchResult* two = strata.find("threads/unboxed_muladd/threads:2");
   if (ok(one) && ok(two) && one->items_per_second > 0) {

@@ -97,9 +97,36 @@ TEST(BenchReport, RatiosGoalsAndTheModeStackFit) {
   EXPECT_TRUE(met.at("mode_stack/N grows linearly in N (N >= 1)"));
   EXPECT_TRUE(met.at("each pass-through mode at most 0.5x PyTorch's one-boxed-layer call"));  // 30 <= 31
   EXPECT_EQ(met.count("host/load_100_bundles under 1 s"), 0u);  // not run: not judged
+  EXPECT_FALSE(met.at("each pass-through mode at most 15 ns"));  // 30 ns
+  EXPECT_FALSE(met.at("the first mode (boxing the call) at most 25 ns over mode_stack/0"));  // +30 ns
+  EXPECT_FALSE(met.at("boxed/muladd at most 0.35x PyTorch's"));  // 0.75x
+  EXPECT_TRUE(met.at("no scenario slower than PyTorch's same scenario"));  // slowest 0.75x
   const QJsonObject merged = mergedJson(*strata, &*peer);
   EXPECT_EQ(merged["benchmarks"].toArray().size(), 11);
   EXPECT_EQ(merged["ratios"].toArray().size(), 2);
+}
+
+TEST(BenchReport, TheModeStackCostGoals) {
+  QString error;
+  auto strata = parseBenchmarkJson(
+      doc({entry("boxed/muladd", 20), entry("unboxed/muladd_one_boxed_layer", 30), entry("mode_stack/0", 4),
+           entry("mode_stack/1", 24), entry("mode_stack/2", 36), entry("mode_stack/4", 60),
+           entry("registry/find_op", 10), entry("registry/register_10k", 90, "ms")}),
+      &error);
+  auto peer = parseBenchmarkJson(doc({entry("libtorch/boxed/muladd", 60), entry("libtorch/unboxed/muladd_one_boxed_layer", 80),
+                                      entry("libtorch/registry/find_op", 20), entry("libtorch/registry/register_10k", 60, "ms")}),
+                                 &error);
+  ASSERT_TRUE(strata && peer) << error.toStdString();
+  std::map<std::string, std::pair<bool, std::string>> g;
+  for (const auto& x : checkGoals(*strata, &*peer)) g[x.goal.toStdString()] = {x.met, x.measured.toStdString()};
+  EXPECT_TRUE(g.at("each pass-through mode at most 15 ns").first);  // 12 ns per mode
+  EXPECT_TRUE(g.at("the first mode (boxing the call) at most 25 ns over mode_stack/0").first);  // +20 ns
+  EXPECT_TRUE(g.at("boxed/muladd at most 0.35x PyTorch's").first);                    // 0.33x
+  EXPECT_FALSE(g.at("unboxed/muladd_one_boxed_layer at most 0.35x PyTorch's").first);  // 0.375x
+  EXPECT_TRUE(g.at("registry/find_op at most 0.50x PyTorch's").first);
+  EXPECT_FALSE(g.at("registry/register_10k at most 0.50x PyTorch's").first);  // 1.5x
+  EXPECT_FALSE(g.at("no scenario slower than PyTorch's same scenario").first);
+  EXPECT_THAT(g.at("no scenario slower than PyTorch's same scenario").second, HasSubstr("registry/register_10k"));
 }
 
 TEST(BenchReport, TheAutocastGoalsAndThroughput) {
