@@ -24,7 +24,7 @@
 //   #include "mybundle.moc"
 //
 // bundle.json:
-//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 3, "minor": 0},
+//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 3, "minor": 1},
 //    "description": "...", "defines": ["mylib"], "implements": []}
 //
 // "defines": the namespaces whose DEF library the bundle holds; "implements": the
@@ -48,8 +48,11 @@
 // and minor >= m. The major changes when a change breaks built bundles: 2, the
 // TensorImpl layout; 3, typed calls (inlined into the bundle) mark their thread
 // for grace periods (strata/call_section.h), which an older bundle's calls miss.
+// The minor changes when the SDK exports more: 1, the CUDA streams and the caching
+// allocator's API (strata/cuda.h), which a bundle built now may call and an older
+// host does not have.
 #define STRATA_SDK_ABI_MAJOR 3
-#define STRATA_SDK_ABI_MINOR 0
+#define STRATA_SDK_ABI_MINOR 1
 // The Qt plugin interface id of every Strata bundle.
 #define STRATA_BUNDLE_IID "org.strata.Bundle/1"
 
