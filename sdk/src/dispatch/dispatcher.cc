@@ -710,8 +710,12 @@ RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOp
     e.info_versions.push_back(std::make_unique<OperatorInfo>(std::move(schema), tags, alias_analysis));
     info = e.info_versions.back().get();
   }
-  e.info.store(info, std::memory_order_release);
+  // The table first, then the schema: findSchema takes no lock (Note [Lock-free
+  // operator lookup]), and an op it finds has its kernels in its table. (Inside a
+  // RegistrationBatch the table is published when the batch ends; until then the
+  // bundle's ops are found and answer "no kernel", as before.)
   impl_->recompute(e);
+  e.info.store(info, std::memory_order_release);
   OperatorEntry* ep = &e;
   return RegistrationHandleRAII([this, ep, id] {
     std::lock_guard<std::mutex> lock(impl_->mu);
