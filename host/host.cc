@@ -234,7 +234,8 @@ void Host::Impl::serveOnHostThread() {
     e.text = "applied store changes up to " + std::to_string(change);
     emitEvent(e);
   }, Qt::DirectConnection);
-  // Note [Plugin trust]: relaxing the checks, or tightening them, is on the record.
+  // Note [Plugin trust]: relaxing the checks, or tightening them, is on the record,
+  // before anything loads (a start that fails half way may have run bundle code).
   const std::string dir = s(QFileInfo(q(options.plugin_dir)).absoluteFilePath());
   if (options.allow_insecure_plugins) store->audit(options.actor, "host.allow_insecure_plugins", dir, "", "on");
   if (options.require_trusted) store->audit(options.actor, "host.require_trusted", dir, "", "on");
@@ -269,6 +270,10 @@ void Host::start() {
         d.serveOnHostThread();
       } catch (...) {
         d.plugin_host.reset();
+        try {
+          d.store->markHostStopped(d.options.id);  // registered, then failed: not a live host
+        } catch (...) {  // the store itself failed: the original error says why
+        }
         throw;
       }
     });

@@ -434,6 +434,9 @@ QStringList PluginHost::sync() {
   // hosts on the store never wait for it.
   if (store_ == nullptr || !recording_) pass();
   else store_->transaction(pass);
+  // Announced once committed, outside the store's write lock: a listener (an
+  // embedding application's callback) may take its time.
+  if (!what.isEmpty()) emit changed(what);
   return what;
 }
 
@@ -633,7 +636,6 @@ QStringList PluginHost::rescan() {
     store_->markRemovedExcept(present, QDir(dir_).absolutePath().toStdString());
   }
   recordView(what);
-  if (!what.isEmpty()) emit changed(what);
   return what;
 }
 
@@ -872,7 +874,8 @@ void PluginHost::serve(const db::HostRow& me_in, int poll_ms) {
   connect(watcher_.get(), &QFileSystemWatcher::fileChanged, this, [this] { rescan_timer_.start(); });
   connect(&rescan_timer_, &QTimer::timeout, this, [this] {
     try {
-      rescan();  // load() and unload() log what changed, once
+      const QStringList what = rescan();  // load() and unload() log what changed, once
+      if (!what.isEmpty()) emit changed(what);
     } catch (const std::exception& e) {  // a store error: the next change or poll tries again
       qCWarning(lcHost).noquote() << "rescan failed:" << e.what();
     }

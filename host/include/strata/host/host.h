@@ -101,7 +101,8 @@ struct HostEvent {
   };
   Kind kind = Kind::message;
   // "name@version" (loaded, unloaded, rejected); for a file rejected before its
-  // metadata could be read (not a library, refused by the trust checks), its name.
+  // metadata could be read (not a library, refused by the trust checks), its file
+  // name; for bundles whose namespaces depend on each other in a cycle, the name.
   std::string bundle;
   std::string reason;   // rejected: why
   int64_t change = 0;   // applied: the store's change id now applied
@@ -130,8 +131,10 @@ class STRATA_HOST_API Host {
 
   // Registers the host in the store, loads the plugin directory (events for each
   // bundle come before it returns), then watches the directory and polls the store on
-  // the host's thread. Throws HostError (nothing started) when the directory does not
-  // exist or the store cannot be written. A second start() while running does nothing.
+  // the host's thread. Throws HostError when the directory does not exist or the
+  // store cannot be written: then no thread runs, nothing stays loaded, and the store
+  // shows this host stopped. A second start() while running does nothing.
+  // Events are reported after what they describe is committed to the store.
   void start();
   // Stops watching, unloads every bundle (their registrations go; calls already
   // inside a kernel finish), and marks the host stopped in the store, which keeps
