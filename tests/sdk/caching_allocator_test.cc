@@ -285,6 +285,23 @@ TEST_F(CachingAllocatorTest, OutOfMemoryFreesTheCacheRetriesThenSaysWhy) {
   }
 }
 
+// The retry after freeing the cache looks in the pool again: waiting for the device
+// completed the event that held a record_stream block back, so it is free now.
+TEST_F(CachingAllocatorTest, OutOfMemoryLooksInThePoolAgainAfterWaitingForTheDevice) {
+  dev.capacity = 2 * kMiB;
+  void* a = alloc.allocate(kMiB, kS1);
+  void* b = alloc.allocate(kMiB, kS1);  // the rest of the same 2 MiB segment
+  ASSERT_EQ(dev.mallocs, 1);
+  alloc.recordStream(a, kS2);
+  alloc.free(a);  // held back until s2's work is done
+  void* c = alloc.allocate(kMiB, kS1);
+  EXPECT_EQ(c, a);
+  EXPECT_EQ(dev.mallocs, 1);
+  EXPECT_EQ(alloc.stats().ooms, 0u);
+  alloc.free(b);
+  alloc.free(c);
+}
+
 TEST_F(CachingAllocatorTest, StatsCountPeaksAndEmptyCacheReturnsWhatIsFree) {
   void* a = alloc.allocate(100, kS1);  // 512 B in a 2 MiB segment
   void* b = alloc.allocate(5 * kMiB, kS1);  // 5 MiB in a 20 MiB segment

@@ -107,7 +107,10 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
     // Note [The caching allocator]: out of memory, free the cache and retry once.
     ++stats_.cache_flushes;
     releaseCachedSegments();
-    block = newSegment(stream, small, size);
+    // Waiting for the device may have completed the events that held blocks back
+    // (record_stream): they are free in this pool now, merged with their neighbours.
+    block = findFree(pool, size);
+    if (block == nullptr) block = newSegment(stream, small, size);
   }
   if (block == nullptr) throwOutOfMemory(nbytes, stream, /*retried=*/true);
 
