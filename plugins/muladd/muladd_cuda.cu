@@ -10,6 +10,7 @@
 // aligned blocks), in a grid-stride loop over a grid that fills the device once,
 // as the SDK's own elementwise kernels (Note [Elementwise kernels at bandwidth] in
 // sdk/src/cuda/elementwise.cu).
+#include <atomic>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -50,15 +51,16 @@ struct Add {
 constexpr int kThreads = 256;
 
 // Enough 256-thread blocks to fill every SM (8 each), no more than the work needs.
+// The SM count is cached per device; threads may race to fill it, with atomics.
 unsigned grid(int64_t items, int device) {
-  static int sms[64] = {};
-  int count = device >= 0 && device < 64 ? sms[device] : 0;
+  static std::atomic<int> sms[64] = {};
+  int count = device >= 0 && device < 64 ? sms[device].load(std::memory_order_relaxed) : 0;
   if (count == 0) {
     if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) {
       cudaGetLastError();
       count = 16;
     } else if (device >= 0 && device < 64) {
-      sms[device] = count;  // a benign race: every thread writes the same value
+      sms[device].store(count, std::memory_order_relaxed);
     }
   }
   const int64_t wanted = (items + kThreads - 1) / kThreads;
@@ -71,10 +73,16 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 template <typename F>
 const char* launch(F f, const float* a, const float* b, float* out, int64_t n, void* stream, int device) {
   if (n == 0) return nullptr;
+  // The tensors' device is made current for the launch (the stream belongs to it),
+  // and the caller's current device is restored.
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) return cudaGetErrorString(cudaGetLastError());
+  if (previous != device && cudaSetDevice(device) != cudaSuccess) return cudaGetErrorString(cudaGetLastError());
   const bool vec = aligned16(a) && aligned16(b) && aligned16(out);
   vec4_kernel<<<grid(vec ? (n + 3) / 4 : n, device), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(f, a, b, out,
                                                                                                        n, vec);
   const cudaError_t e = cudaGetLastError();
+  if (previous != device) cudaSetDevice(previous);
   return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
 }
 

@@ -58,7 +58,7 @@ class STRATA_API Stream {
   bool query() const;
   // Waits for the work queued on this stream, and no other.
   void synchronize() const;
-  // "default stream of cuda:0", "stream 0x55d0... of cuda:1".
+  // "the default stream of cuda:0", "stream 0x55d0... of cuda:1".
   std::string str() const;
   friend bool operator==(const Stream& a, const Stream& b) = default;
 

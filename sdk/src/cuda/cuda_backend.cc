@@ -252,7 +252,11 @@ void memcpy(void* dst, const void* src, size_t nbytes, CopyKind kind, int device
   // From pageable host memory, cudaMemcpyAsync returns once the source is staged,
   // so the caller may free it at once.
   check(cudaMemcpyAsync(dst, src, nbytes, k, stream), "cudaMemcpyAsync");
-  if (kind == CopyKind::DeviceToHost) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  // To the host: the caller reads it next. Across devices: the source's memory
+  // belongs to its own device's pools, which would hand it out again as soon as the
+  // source tensor dies, with nothing ordering that after this copy's read.
+  const bool cross_device = kind == CopyKind::DeviceToDevice && src_device >= 0 && src_device != device;
+  if (kind == CopyKind::DeviceToHost || cross_device) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
 void fill(void* dst, const void* pattern, size_t elem_size, size_t count, int device) {

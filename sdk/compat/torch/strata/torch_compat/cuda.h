@@ -46,7 +46,17 @@ class CUDAStream {
   operator cudaStream_t() const { return stream_; }  // NOLINT: kernel<<<g, b, 0, stream>>>
   DeviceIndex device_index() const { return device_; }
   Device device() const { return Device(DeviceType::CUDA, device_); }
-  bool query() const { return cudaStreamQuery(stream_) == cudaSuccess; }
+  // Whether the stream's work is done; "not ready" is cleared, not left for the
+  // next C10_CUDA_KERNEL_LAUNCH_CHECK to report, and any other error throws.
+  bool query() const {
+    const cudaError_t e = cudaStreamQuery(stream_);
+    if (e == cudaSuccess) return true;
+    if (e == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    detail::fail(e, "cudaStreamQuery", __FILE__, __LINE__);
+  }
   void synchronize() const {
     const cudaError_t e = cudaStreamSynchronize(stream_);
     if (e != cudaSuccess) detail::fail(e, "cudaStreamSynchronize", __FILE__, __LINE__);
