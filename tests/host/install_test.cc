@@ -60,12 +60,21 @@ struct Installed {
   ~Installed() { fs::remove_all(root); }
   fs::path lib() const { return prefix / STRATA_INSTALL_LIBDIR; }
   std::string strata(const std::string& args) const { return q((prefix / "bin" / "strata").string()) + " " + args; }
-  // Configures and builds `src` against the prefix alone.
+  // Configures and builds `src` against the prefix alone. In a sanitizer build the
+  // project is built with the same sanitizers: an executable linking the installed,
+  // instrumented libraries must load the sanitizer's runtime first.
   Result build(const fs::path& src, const std::string& extra = "") const {
     const fs::path out = src / "build";
+    const std::string sanitize = STRATA_TEST_SANITIZE;
+    std::string flags;
+    if (!sanitize.empty()) {
+      for (const char* v : {"CMAKE_CXX_FLAGS", "CMAKE_EXE_LINKER_FLAGS", "CMAKE_MODULE_LINKER_FLAGS"}) {
+        flags += std::string(" -D") + v + "=-fsanitize=" + sanitize;
+      }
+    }
     return sh(q(STRATA_CMAKE) + " -S " + q(src.string()) + " -B " + q(out.string()) + " -G Ninja -DCMAKE_CXX_COMPILER=" +
-              q(STRATA_CXX) + " -DCMAKE_PREFIX_PATH=" + q(prefix.string()) + " " + extra + " && " + q(STRATA_CMAKE) +
-              " --build " + q(out.string()));
+              q(STRATA_CXX) + " -DCMAKE_PREFIX_PATH=" + q(prefix.string()) + flags + " " + extra + " && " +
+              q(STRATA_CMAKE) + " --build " + q(out.string()));
   }
 };
 
