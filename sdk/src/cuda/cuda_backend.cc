@@ -348,6 +348,7 @@ void record_stream(const Tensor& tensor, Stream stream) {
   const int d = tensor.device().index;
   STRATA_CHECK(stream.device_index() == d, Value, "record_stream: the tensor is on cuda:", d, " but ", stream.str(),
                " is not");
+  if (tensor.storage()->data() == nullptr) return;  // no bytes (a tensor of zero elements): nothing to hold
   detail::cuda::CachingAllocator* a = d >= 0 && d < kMaxDevices ? g_allocators[d].load() : nullptr;
   STRATA_CHECK(a != nullptr, Value, "record_stream: the tensor's memory was not allocated by Strata's allocator");
   a->recordStream(tensor.storage()->data(), stream.handle());
