@@ -35,22 +35,32 @@ struct Formatter {
   std::string operator()(int64_t v) const { return std::to_string(v); }
 };
 
+// Which element of the printed data stands for index i of a dim of n elements: when
+// summarizing, the data holds only the first and last kEdgeItems of a longer dim
+// (torch's get_summarized_data), so the last ones shift down.
+inline int64_t printedIndex(int64_t i, int64_t n, bool summarize) {
+  return summarize && n > 2 * kEdgeItems && i >= n - kEdgeItems ? i - (n - 2 * kEdgeItems) : i;
+}
+
+// sizes are the tensor's; values/strides the printed data's (see printedData).
 template <typename T>
-void printDim(std::ostringstream& os, const Tensor& t, const T* values, int64_t dim, int64_t offset,
-              const std::vector<int64_t>& strides, const Formatter& fmt, bool summarize, bool is_bool) {
-  if (dim == t.dim()) {
+void printDim(std::ostringstream& os, const std::vector<int64_t>& sizes, const T* values, int64_t dim,
+              int64_t offset, const std::vector<int64_t>& strides, const Formatter& fmt, bool summarize,
+              bool is_bool) {
+  const auto ndim = static_cast<int64_t>(sizes.size());
+  if (dim == ndim) {
     const std::string v = is_bool ? (values[offset] != 0 ? "True" : "False") : fmt(values[offset]);
     if (v.size() < fmt.width) os << std::string(fmt.width - v.size(), ' ');
     os << v;
     return;
   }
-  const int64_t n = t.sizes()[dim];
-  const bool inner = dim + 1 == t.dim();
+  const int64_t n = sizes[static_cast<size_t>(dim)];
+  const bool inner = dim + 1 == ndim;
   // torch's separators: ", " between values; between rows a comma, one newline per
   // dim below (a blank line between matrices), and the indent of "tensor([".
   auto separate = [&] {
     if (inner) os << ", ";
-    else os << "," << std::string(static_cast<size_t>(t.dim() - dim - 1), '\n')
+    else os << "," << std::string(static_cast<size_t>(ndim - dim - 1), '\n')
             << std::string(static_cast<size_t>(dim + 8), ' ');
   };
   os << "[";
@@ -61,24 +71,80 @@ void printDim(std::ostringstream& os, const Tensor& t, const T* values, int64_t 
       separate();
       i = n - kEdgeItems;
     }
-    printDim(os, t, values, dim + 1, offset + i * strides[dim], strides, fmt, summarize, is_bool);
+    printDim(os, sizes, values, dim + 1, offset + printedIndex(i, n, summarize) * strides[static_cast<size_t>(dim)],
+             strides, fmt, summarize, is_bool);
   }
   os << "]";
 }
 
-// Calls f(offset) for each element printDim prints, in order.
+// Calls f(index) for each element of the tensor that printDim prints, in order,
+// index counting the tensor's own elements along sizes/strides (skipping the
+// summarized middles).
 template <typename F>
-void forEachPrinted(const Tensor& t, int64_t dim, int64_t offset, const std::vector<int64_t>& strides, bool summarize,
-                    const F& f) {
-  if (dim == t.dim()) {
+void forEachPrinted(const std::vector<int64_t>& sizes, int64_t dim, int64_t offset,
+                    const std::vector<int64_t>& strides, bool summarize, const F& f) {
+  if (dim == static_cast<int64_t>(sizes.size())) {
     f(offset);
     return;
   }
-  const int64_t n = t.sizes()[dim];
+  const int64_t n = sizes[static_cast<size_t>(dim)];
   for (int64_t i = 0; i < n; ++i) {
     if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) i = n - kEdgeItems;
-    forEachPrinted(t, dim + 1, offset + i * strides[dim], strides, summarize, f);
+    forEachPrinted(sizes, dim + 1, offset + i * strides[static_cast<size_t>(dim)], strides, summarize, f);
   }
+}
+
+// The elements that are printed, in a contiguous CPU tensor of Double (floating
+// dtypes) or Long (the others): when summarizing, each dim longer than 2*kEdgeItems
+// keeps its first and last kEdgeItems. Only those are read and converted, as torch
+// does: printing arange of 716 M elements once converted all of them (5.7 GB).
+Tensor printedData(const Tensor& data, bool summarize, bool floating) {
+  const ScalarType as = floating ? ScalarType::Double : ScalarType::Long;
+  if (!summarize) return data.to(kCPU).contiguous().to(as);
+  Tensor src = data;
+  if (!src.is_cpu()) {
+    // Narrow on the device first, one dim at a time, so that only the edges cross.
+    for (int64_t d = 0; d < src.dim(); ++d) {
+      const int64_t n = src.sizes()[static_cast<size_t>(d)];
+      if (n <= 2 * kEdgeItems) continue;
+      std::vector<int64_t> sizes(src.sizes().begin(), src.sizes().end());
+      sizes[static_cast<size_t>(d)] = 2 * kEdgeItems;
+      Tensor part = empty(sizes, TensorOptions(src.dtype()).with_device(src.device()));
+      part.slice(d, 0, kEdgeItems).copy_(src.slice(d, 0, kEdgeItems));
+      part.slice(d, kEdgeItems, 2 * kEdgeItems).copy_(src.slice(d, n - kEdgeItems, n));
+      src = part;
+    }
+    return src.to(kCPU).contiguous().to(as);
+  }
+  std::vector<int64_t> sizes(src.sizes().begin(), src.sizes().end());
+  std::vector<int64_t> printed(sizes);
+  for (int64_t& s : printed) s = std::min<int64_t>(s, 2 * kEdgeItems);
+  Tensor out = empty(printed, TensorOptions(as));
+  const std::vector<int64_t> strides(src.strides().begin(), src.strides().end());
+  STRATA_DISPATCH_ALL_TYPES(src.dtype(), "print", [&] {
+    const auto* in = static_cast<const scalar_t*>(src.data_ptr());
+    int64_t k = 0;
+    if (floating) {
+      double* o = out.data_ptr<double>();
+      forEachPrinted(sizes, 0, 0, strides, true, [&](int64_t i) { o[k++] = detail::convertElement<double>(in[i]); });
+    } else {
+      int64_t* o = out.data_ptr<int64_t>();
+      forEachPrinted(sizes, 0, 0, strides, true, [&](int64_t i) { o[k++] = detail::convertElement<int64_t>(in[i]); });
+    }
+  });
+  return out;
+}
+
+// How many values printing shows, saturating; a tensor past kMaxPrintedValues (say
+// 9 expanded dims of 7) prints its size only, as one past kMaxPrintedDims does.
+constexpr int64_t kMaxPrintedValues = int64_t{1} << 22;
+int64_t printedCount(const Tensor& t, bool summarize) {
+  int64_t count = 1;
+  for (int64_t s : t.sizes()) {
+    const int64_t shown = summarize ? std::min<int64_t>(s, 2 * kEdgeItems) : s;
+    if (__builtin_mul_overflow(count, shown, &count) || count > kMaxPrintedValues) return kMaxPrintedValues + 1;
+  }
+  return count;
 }
 
 }  // namespace
@@ -96,10 +162,13 @@ std::string Tensor::str() const {
   // As torch: a result of a differentiable op names its node, a leaf says it requires grad.
   if (const std::string fn = grad_fn_name(); !fn.empty()) suffix += ", grad_fn=<" + fn + ">";
   else if (requires_grad()) suffix += ", requires_grad=True";
-  if (is_meta() || fake || dim() > kMaxPrintedDims) {
+  const bool summarize = !is_meta() && !fake && numel() > kSummarizeAbove;
+  if (is_meta() || fake || dim() > kMaxPrintedDims ||
+      (numel() > 0 && printedCount(*this, summarize) > kMaxPrintedValues)) {
     // A fake tensor prints as PyTorch prints one: FakeTensor(..., size=(2, 3)), its
     // device and dtype when they are not the defaults; sizes may be symbolic (u0).
-    // A tensor with more dims than kMaxPrintedDims prints so too.
+    // A tensor with more dims than kMaxPrintedDims, or more values to show than
+    // kMaxPrintedValues, prints so too.
     os << (fake ? "FakeTensor" : "tensor") << "(..., size=(";
     for (int64_t d = 0; d < dim(); ++d) os << (d ? ", " : "") << sym::str(sizes()[d]);
     os << (dim() == 1 ? ",)" : ")") << suffix << ")";
@@ -107,24 +176,28 @@ std::string Tensor::str() const {
   }
   const bool floating = isFloatingType(dtype());
   const Tensor data = requires_grad() ? detach() : *this;  // printing is not part of the graph
-  const Tensor host = data.to(kCPU).contiguous().to(floating ? ScalarType::Double : ScalarType::Long);
-  // As torch's _Formatter, the format is chosen from what is printed (the edge items
-  // when summarizing), not from every value: 12 M values took seconds to format.
-  const std::vector<int64_t> strides(host.strides().begin(), host.strides().end());
-  const bool summarize = numel() > kSummarizeAbove;
-  const bool is_bool = dtype() == ScalarType::Bool;
-  Formatter fmt;
+  const std::vector<int64_t> sizes(data.sizes().begin(), data.sizes().end());
   // Only when there is something to print: with no elements a size may still be huge
   // (empty({1 << 40, 0})), and walking it would take for ever.
-  if (floating && host.numel() > 0) {
+  const Tensor host = numel() > 0 ? printedData(data, summarize, floating) : Tensor();
+  const std::vector<int64_t> strides = host.defined() ? std::vector<int64_t>(host.strides().begin(), host.strides().end())
+                                                      : std::vector<int64_t>();
+  // What forEachPrinted walks: the printed data's own (reduced) sizes, every element.
+  const std::vector<int64_t> host_sizes = host.defined() ? std::vector<int64_t>(host.sizes().begin(), host.sizes().end())
+                                                         : std::vector<int64_t>();
+  const bool is_bool = dtype() == ScalarType::Bool;
+  Formatter fmt;
+  // As torch's _Formatter, the format is chosen from what is printed (the edge items
+  // when summarizing), not from every value: 12 M values took seconds to format.
+  if (floating && host.defined()) {
     const double* values = host.data_ptr<double>();
-    forEachPrinted(host, 0, 0, strides, summarize, [&](int64_t i) {
+    forEachPrinted(host_sizes, 0, 0, strides, false, [&](int64_t i) {
       if (std::isfinite(values[i]) && values[i] != std::trunc(values[i])) fmt.whole = false;
     });
   }
-  if (host.numel() > 1) {
+  if (numel() > 1) {
     auto widest = [&](const auto* values) {
-      forEachPrinted(host, 0, 0, strides, summarize, [&](int64_t i) {
+      forEachPrinted(host_sizes, 0, 0, strides, false, [&](int64_t i) {
         const size_t w = is_bool ? (values[i] != 0 ? 4 : 5) : fmt(values[i]).size();
         fmt.width = std::max(fmt.width, w);
       });
@@ -136,8 +209,8 @@ std::string Tensor::str() const {
   if (numel() == 0) {
     os << "[]";
   } else {
-    if (floating) printDim(os, host, host.data_ptr<double>(), 0, 0, strides, fmt, summarize, is_bool);
-    else printDim(os, host, host.data_ptr<int64_t>(), 0, 0, strides, fmt, summarize, is_bool);
+    if (floating) printDim(os, sizes, host.data_ptr<double>(), 0, 0, strides, fmt, summarize, is_bool);
+    else printDim(os, sizes, host.data_ptr<int64_t>(), 0, 0, strides, fmt, summarize, is_bool);
   }
   os << suffix << ")";
   return os.str();

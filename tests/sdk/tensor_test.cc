@@ -215,6 +215,33 @@ TEST(TensorTest, LargeTensorsPrintSummarizedLikeTorch) {
   EXPECT_EQ(empty({int64_t{1} << 40, 0}).str().rfind("tensor([]", 0), 0u);
 }
 
+// Summarizing reads and converts only the printed edge items (torch's
+// get_summarized_data): a view of 2^40 elements over one stored value prints at once,
+// and the edges of a strided, transposed view are the right ones.
+TEST(TensorTest, SummarizedPrintingReadsOnlyTheEdges) {
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_EQ(full({1}, 7, kInt64).as_strided({big}, {0}).str(), "tensor([7, 7, 7,  ..., 7, 7, 7])");
+  EXPECT_EQ(ones({1}, kUInt8).as_strided({big, 2}, {0, 0}).str(),
+            "tensor([[1, 1],\n        [1, 1],\n        [1, 1],\n        ...,\n        [1, 1],\n"
+            "        [1, 1],\n        [1, 1]], dtype=uint8)");
+  // arange(0, 2000) as a 40 x 50 matrix, transposed: rows are columns of the original.
+  const Tensor t = arange(2000).view({40, 50}).transpose(0, 1);
+  EXPECT_EQ(t.str(),
+            "tensor([[   0,   50,  100,  ..., 1850, 1900, 1950],\n"
+            "        [   1,   51,  101,  ..., 1851, 1901, 1951],\n"
+            "        [   2,   52,  102,  ..., 1852, 1902, 1952],\n"
+            "        ...,\n"
+            "        [  47,   97,  147,  ..., 1897, 1947, 1997],\n"
+            "        [  48,   98,  148,  ..., 1898, 1948, 1998],\n"
+            "        [  49,   99,  149,  ..., 1899, 1949, 1999]])");
+  // Every other element of a float range: decimals come from the edges only.
+  EXPECT_EQ(arange(0, 4000, 1, TensorOptions(kFloat64)).slice(0, 1, 4000, 2).str(),
+            "tensor([   1.,    3.,    5.,  ..., 3995., 3997., 3999.], dtype=float64)");
+  // Showing more than 2^22 values prints the size only (9 dims of 7, expanded).
+  const Tensor wide = ones({1}).as_strided(std::vector<int64_t>(9, 7), std::vector<int64_t>(9, 0));
+  EXPECT_EQ(wide.str(), "tensor(..., size=(7, 7, 7, 7, 7, 7, 7, 7, 7))");
+}
+
 // Values print one nested level per dim; a tensor of very many dims prints its size
 // instead of recursing that deep.
 TEST(TensorTest, TensorsOfManyDimsPrintTheirSizeNotAStackOverflow) {
