@@ -107,16 +107,18 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
     n = static_cast<int64_t>(count);
   }
   Tensor host = empty({n}, TensorOptions(opts.dtype));
+  const int64_t first = integral ? start.toLong() : 0, by = integral ? step.toLong() : 0;
   STRATA_DISPATCH_ALL_TYPES(opts.dtype, "arange", [&] {
     auto* p = static_cast<scalar_t*>(host.data_ptr());
-    for (int64_t i = 0; i < n; ++i) {
-      // In 128 bits: start + i * step lies within [start, end], but i * step alone may not fit in 64.
-      if (integral) {
-        p[i] = detail::convertElement<scalar_t>(
-            static_cast<int64_t>(static_cast<__int128>(start.toLong()) + static_cast<__int128>(i) * step.toLong()));
-      } else {
-        p[i] = detail::convertElement<scalar_t>(s + static_cast<double>(i) * st);
+    if (integral) {
+      // start + i * step lies within [start, end], so it fits in 64 bits even where
+      // i * step alone does not: computed modulo 2^64, the sum is exact.
+      uint64_t v = static_cast<uint64_t>(first);
+      for (int64_t i = 0; i < n; ++i, v += static_cast<uint64_t>(by)) {
+        p[i] = detail::convertElement<scalar_t>(static_cast<int64_t>(v));
       }
+    } else {
+      for (int64_t i = 0; i < n; ++i) p[i] = detail::convertElement<scalar_t>(s + static_cast<double>(i) * st);
     }
   });
   Tensor out = host.to(opts.device);

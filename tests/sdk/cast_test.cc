@@ -3,6 +3,7 @@
 // them (and its neighbours), and a large random sample of float32 bit patterns. The
 // reference below rounds with double arithmetic and nearbyint (round to nearest,
 // ties to even), independently of the conversions under test.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -241,6 +242,19 @@ TEST(CastTest, BoolTensorsStartFalseAndHugeCountsAreRefused) {
       EXPECT_NE(std::string(e.what()).find("more elements than fit in 64 bits"), std::string::npos) << e.what();
     }
   }
+}
+
+// arange's values are exact at the ends of int64, where i * step alone overflows.
+TEST(CastTest, ArangeIsExactAcrossTheWholeInt64Range) {
+  constexpr int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  EXPECT_THAT(arange(Scalar(lo), Scalar(hi), Scalar(int64_t{1} << 62)).to_vector<int64_t>(),
+              ::testing::ElementsAre(lo, -(int64_t{1} << 62), 0, int64_t{1} << 62));
+  EXPECT_THAT(arange(Scalar(hi), Scalar(lo), Scalar(-(int64_t{3} << 61))).to_vector<int64_t>(),
+              ::testing::ElementsAre(hi, hi - (int64_t{3} << 61), hi - (int64_t{3} << 62)));
+  // Into a narrower dtype the values wrap, as a cast of each does.
+  EXPECT_THAT(arange(Scalar(int64_t{254}), Scalar(int64_t{258}), Scalar(int64_t{1}), TensorOptions(kUInt8))
+                  .to_vector<uint8_t>(),
+              ::testing::ElementsAre(254, 255, 0, 1));
 }
 
 }  // namespace
