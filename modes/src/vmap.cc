@@ -686,7 +686,7 @@ void VmapCall::addTensor(size_t arg, const Tensor& t) {
   Dim d = e.dim;
   if (!t.defined() || (d && (*d < -n || *d >= n))) d = checkInDim(prefix(), arg, std::nullopt, e.dim, t);
   if (d && *d < 0) *d += n;
-  tensors_.push_back({d, d ? t.sizes()[static_cast<size_t>(*d)] : 0});
+  tensors_.emplace_back(d, d ? t.sizes()[static_cast<size_t>(*d)] : 0);
 }
 
 void VmapCall::addList(size_t arg, const std::vector<Tensor>& ts) {
@@ -697,7 +697,7 @@ void VmapCall::addList(size_t arg, const std::vector<Tensor>& ts) {
   }
   for (size_t k = 0; k < ts.size(); ++k) {
     const Dim d = checkInDim(prefix(), arg, k, e.is_list ? e.elements[k] : e.dim, ts[k]);
-    tensors_.push_back({d, d ? ts[k].sizes()[static_cast<size_t>(*d)] : 0});
+    tensors_.emplace_back(d, d ? ts[k].sizes()[static_cast<size_t>(*d)] : 0);
   }
 }
 
@@ -803,7 +803,7 @@ void VmapCall::collectOutputs(size_t num_outputs, bool single_tensor, Leaves& le
   }
   const bool first_chunk = results_.empty();
   if (first_chunk) {
-    for (size_t i = 0; i < leaves.size(); ++i) results_.push_back(LeafOut{});
+    for (size_t i = 0; i < leaves.size(); ++i) results_.emplace_back();
   }
   STRATA_CHECK(results_.size() == leaves.size(), Value, "vmap(fn, ...): fn returned ", leaves.size(),
                " values in one chunk and ", results_.size(), " in another");

@@ -80,7 +80,9 @@ void mergeAll(std::vector<const intrusive_ptr_target*>& objects) {
 }
 
 // This thread's record once registered; whether it has exited (its ThreadExit ran).
-__thread OwnerThread* tls_self = nullptr;
+// Initial-exec, as tls_owner_token: ownerForNewObject reads it for every object made
+// (a __tls_get_addr call each, otherwise).
+__thread OwnerThread* tls_self __attribute__((tls_model("initial-exec"))) = nullptr;
 __thread bool tls_exited = false;
 // While detached: how deep (detach_thread nests), and the token set aside.
 __thread int tls_detached = 0;

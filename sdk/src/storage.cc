@@ -1,5 +1,7 @@
 #include "strata/storage.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 
 #include "cuda/cuda_backend.h"
@@ -13,6 +15,8 @@ StorageImpl::~StorageImpl() {
 
 namespace {
 constexpr size_t kCpuAlignment = 64;
+// Up to this many bytes CPU data comes from malloc, aligned by hand (see below).
+constexpr size_t kSmallCpuBytes = 1024;
 
 void freeCpu(void* ctx) { std::free(ctx); }
 }  // namespace
@@ -22,6 +26,14 @@ Storage allocateStorage(size_t nbytes, Device device) {
     case DeviceType::CPU: {
       if (nbytes == 0) return make_intrusive<StorageImpl>(DataPtr{}, 0, kCPU);
       const size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+      if (rounded <= kSmallCpuBytes) {
+        // Small: malloc with room to align (glibc's per-thread cache serves it;
+        // aligned_alloc never does, and its chunk splitting slowed every free).
+        void* p = std::malloc(rounded + kCpuAlignment - alignof(std::max_align_t));
+        STRATA_CHECK(p != nullptr, Device, "out of CPU memory allocating ", nbytes, " bytes");
+        const auto at = (reinterpret_cast<uintptr_t>(p) + kCpuAlignment - 1) & ~uintptr_t{kCpuAlignment - 1};
+        return make_intrusive<StorageImpl>(DataPtr{reinterpret_cast<void*>(at), p, &freeCpu}, nbytes, kCPU);
+      }
       void* p = std::aligned_alloc(kCpuAlignment, rounded);
       STRATA_CHECK(p != nullptr, Device, "out of CPU memory allocating ", nbytes, " bytes");
       return make_intrusive<StorageImpl>(DataPtr{p, p, &freeCpu}, nbytes, kCPU);

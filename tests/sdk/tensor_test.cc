@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <thread>
 
 namespace strata {
@@ -173,6 +175,19 @@ TEST(TensorTest, KeySetFollowsDeviceAndRequiresGrad) {
   EXPECT_ERROR(zeros({2}, kInt64).set_requires_grad(true), Type, "only tensors of floating point dtype");
   const Tensor m = empty({1}, TensorOptions(kMeta).with_requires_grad(true));
   EXPECT_EQ(m.key_set(), (DispatchKeySet{DispatchKey::Meta, DispatchKey::AutogradMeta}));
+}
+
+// CPU data is 64-byte aligned whatever its size, small (malloc, aligned by hand) or
+// large (aligned_alloc), as PyTorch's CPU allocator gives it.
+TEST(TensorTest, CpuDataIs64ByteAligned) {
+  for (int64_t n : {1, 3, 15, 16, 17, 63, 200, 255, 256, 257, 1000, 100000}) {
+    std::vector<Tensor> keep;  // several alive at once, so each gets its own block
+    for (int i = 0; i < 8; ++i) {
+      keep.push_back(empty({n}, kUInt8));
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(keep.back().data_ptr()) % 64, 0u) << n << " bytes";
+      std::memset(keep.back().data_ptr(), 0xab, static_cast<size_t>(n));  // every byte is ours (ASan checks)
+    }
+  }
 }
 
 TEST(TensorTest, PrintsLikeTorch) {

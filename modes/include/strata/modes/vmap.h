@@ -44,10 +44,12 @@
 // it warns once per op, and set_vmap_fallback_enabled(false) makes it an error.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <new>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -173,22 +175,37 @@ STRATA_MODES_API std::vector<std::string> core_ops_with_batching_rules();
 namespace detail {
 
 // A vector that keeps its first N elements inline: a vmap call allocates nothing for
-// its bookkeeping (bench vmap/muladd_rule/B).
+// its bookkeeping (bench vmap/muladd_rule/B). The inline slots stay raw until used:
+// zeroing them (value-initialized arrays) cost two `rep stos` per call, and elements
+// are built in place (a brace-initialized temporary copied in stalled on store
+// forwarding).
 template <typename T, size_t N>
 class SmallVec {
  public:
-  void push_back(T v) {
-    if (n_ < N) inline_[n_] = std::move(v);
-    else heap_.push_back(std::move(v));
-    ++n_;
+  SmallVec() = default;
+  SmallVec(const SmallVec&) = delete;
+  SmallVec& operator=(const SmallVec&) = delete;
+  ~SmallVec() {
+    for (size_t i = 0; i < std::min(n_, N); ++i) slot(i)->~T();
   }
+  template <typename... A>
+  T& emplace_back(A&&... a) {
+    T* p = n_ < N ? ::new (static_cast<void*>(slot(n_))) T{std::forward<A>(a)...}
+                  : &heap_.emplace_back(T{std::forward<A>(a)...});
+    ++n_;
+    return *p;
+  }
+  void push_back(T v) { emplace_back(std::move(v)); }
   size_t size() const { return n_; }
   bool empty() const { return n_ == 0; }
-  T& operator[](size_t i) { return i < N ? inline_[i] : heap_[i - N]; }
-  const T& operator[](size_t i) const { return i < N ? inline_[i] : heap_[i - N]; }
+  T& operator[](size_t i) { return i < N ? *slot(i) : heap_[i - N]; }
+  const T& operator[](size_t i) const { return i < N ? *slot(i) : heap_[i - N]; }
 
  private:
-  std::array<T, N> inline_{};
+  T* slot(size_t i) { return std::launder(reinterpret_cast<T*>(inline_ + i * sizeof(T))); }
+  const T* slot(size_t i) const { return std::launder(reinterpret_cast<const T*>(inline_ + i * sizeof(T))); }
+
+  alignas(T) unsigned char inline_[N * sizeof(T)];
   std::vector<T> heap_;
   size_t n_ = 0;
 };
@@ -289,11 +306,11 @@ template <typename T>
 void leavesOf(T& v, size_t output, VmapCall::Leaves& leaves) {
   using D = std::decay_t<T>;
   if constexpr (std::is_same_v<D, Tensor>) {
-    leaves.push_back({output, &v, &typeid(Tensor)});
+    leaves.emplace_back(output, &v, &typeid(Tensor));
   } else if constexpr (std::is_same_v<D, std::vector<Tensor>>) {
-    for (Tensor& t : v) leaves.push_back({output, &t, &typeid(Tensor), true});
+    for (Tensor& t : v) leaves.emplace_back(output, &t, &typeid(Tensor), true);
   } else {
-    leaves.push_back({output, nullptr, &typeid(D)});
+    leaves.emplace_back(output, nullptr, &typeid(D));
   }
 }
 
@@ -305,7 +322,7 @@ size_t outputLeaves(R& r, VmapCall::Leaves& leaves) {
     std::apply([&](auto&... e) { (leavesOf(e, n++, leaves), ...); }, r);
     return n;
   } else if constexpr (std::is_same_v<R, std::vector<Tensor>>) {
-    for (size_t i = 0; i < r.size(); ++i) leaves.push_back({i, &r[i], &typeid(Tensor)});
+    for (size_t i = 0; i < r.size(); ++i) leaves.emplace_back(i, &r[i], &typeid(Tensor));
     return r.size();
   } else {
     leavesOf(r, 0, leaves);
