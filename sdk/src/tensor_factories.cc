@@ -115,8 +115,8 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
   // arange(-2^63, 2^63 - 1) or a step of 1e-300 has more elements than int64 counts.
   int64_t n = 0;
   if (integral) {
-    const __int128 a = start.toLong(), b = end.toLong(), c = step.toLong();
-    const __int128 count = c > 0 ? (b - a + c - 1) / c : (a - b - c - 1) / -c;
+    __extension__ const __int128 a = start.toLong(), b = end.toLong(), c = step.toLong();
+    __extension__ const __int128 count = c > 0 ? (b - a + c - 1) / c : (a - b - c - 1) / -c;
     STRATA_CHECK(count <= std::numeric_limits<int64_t>::max(), Value, "arange(): the range ", s, " -> ", e,
                  " by ", st, " holds more elements than fit in 64 bits");
     n = static_cast<int64_t>(count);

@@ -24,7 +24,7 @@
 //   #include "mybundle.moc"
 //
 // bundle.json:
-//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 3, "minor": 1},
+//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 3, "minor": 2},
 //    "description": "...", "defines": ["mylib"], "implements": []}
 //
 // "defines": the namespaces whose DEF library the bundle holds; "implements": the
@@ -52,7 +52,7 @@
 // allocator's API (strata/cuda.h), which a bundle built now may call and an older
 // host does not have.
 #define STRATA_SDK_ABI_MAJOR 3
-#define STRATA_SDK_ABI_MINOR 1
+#define STRATA_SDK_ABI_MINOR 2
 // The Qt plugin interface id of every Strata bundle.
 #define STRATA_BUNDLE_IID "org.strata.Bundle/1"
 

@@ -26,6 +26,7 @@ struct DataPtr {
 // Thread safety: immutable after construction except through the data pointer.
 class STRATA_API StorageImpl final : public intrusive_ptr_target {
  public:
+  STRATA_POOLED_OBJECT  // Note [Small object pools]
   StorageImpl(DataPtr ptr, size_t nbytes, Device device)
       : ptr_(ptr), nbytes_(nbytes), device_(device) {}
   ~StorageImpl() override;

@@ -60,6 +60,7 @@ class Tensor;
 // tensors pay one predictable branch in those methods and nothing elsewhere.
 class STRATA_API TensorWrapper : public intrusive_ptr_target {
  public:
+  STRATA_POOLED_OBJECT  // Note [Small object pools]: every wrapper tensor makes one
   ~TensorWrapper() override;
   // What the wrapper is, for messages: "a batched tensor (vmap level 3)".
   virtual std::string what() const = 0;
@@ -127,6 +128,7 @@ class STRATA_API DimVector {
 
 class STRATA_API TensorImpl final : public intrusive_ptr_target {
  public:
+  STRATA_POOLED_OBJECT  // Note [Small object pools]
   // REQUIRES: sizes.size() == strides.size(); every size >= 0; the elements the
   // sizes and strides reach lie inside storage (checked; throws strata::Error).
   TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
