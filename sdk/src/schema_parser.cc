@@ -708,6 +708,9 @@ IValue Parser::parseConstant(const TypePtr& type, bool optional_form) {
   return IValue(v);
 }
 
+// The largest N whose `T[N] x=v` default is repeated into a list (see parseListDefault).
+constexpr int32_t kMaxRepeatedDefault = 1 << 16;
+
 IValue Parser::parseListDefault(const TypePtr& list_type, std::optional<int32_t> N) {
   const TypePtr& element = list_type->element();
   const TypeKind ek = fakeKind(*element);
@@ -723,6 +726,13 @@ IValue Parser::parseListDefault(const TypePtr& list_type, std::optional<int32_t>
     values.push_back(parseConstant(element, /*optional_form=*/false));
   };
   if (N && !isChar('[')) {
+    // `int[2] stride=1` repeats the value N times, as PyTorch does; a size of
+    // millions would make a list of that many values (811111111 took 13 GB).
+    if (*N > kMaxRepeatedDefault) {
+      failAt(cur().begin, "a list size above " + std::to_string(kMaxRepeatedDefault) +
+                              " with a single default value (the value would be repeated " + std::to_string(*N) +
+                              " times); write the list out, or drop the size");
+    }
     element_value();
     values.assign(static_cast<size_t>(*N), values.front());
   } else {
