@@ -110,7 +110,7 @@ void pool_free(void* p, size_t bytes) noexcept {
 #else  // sanitizers: every object its own allocation, so use-after-free is caught
 
 void* pool_allocate(size_t bytes) { return ::operator new(bytes); }
-void pool_free(void* p, size_t bytes) noexcept { ::operator delete(p, bytes); }
+void pool_free(void* p, size_t) noexcept { ::operator delete(p); }
 
 #endif
 
