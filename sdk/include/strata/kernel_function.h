@@ -304,8 +304,11 @@ class STRATA_API KernelFunction {
 
   template <typename Return, typename... Args>
   __attribute__((noinline)) Return callThroughStack(const OperatorHandle& op, DispatchKeySet ks, Args... args) const {
-    // Sized once, then filled in place: one out-of-line call rather than one push each.
-    Stack stack(sizeof...(Args));
+    // A pooled Stack (Note [Pooled stacks]), sized once, then filled in place: one
+    // out-of-line call rather than one push each.
+    PooledStack pooled;
+    Stack& stack = *pooled;
+    stack.resize(sizeof...(Args));
     [&]<size_t... I>(std::index_sequence<I...>) {
       ((stack[I] = detail::boxing::boxArg(args)), ...);
     }(std::index_sequence_for<Args...>{});
