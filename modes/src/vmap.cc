@@ -32,6 +32,7 @@ struct Level {
 struct VmapTls {
   std::vector<Level> visible;   // the level stack; the top is the current level
   std::vector<uint64_t> alive;  // every level whose vmap is running on this thread
+  std::vector<InDims> spare_in_dims;  // a rule's in_dims, kept with their capacity
 };
 
 // Level ids are unique in the process (not per thread), so a batched tensor that
@@ -298,19 +299,24 @@ Tensor frontOf(const OperatorHandle& op, const Tensor& t, const Level& level) {
 }
 
 // Unwraps the arguments batched at `level` for a rule: in_dims per argument.
-InDims unwrapForRule(const OperatorHandle& op, Stack& args, const Level& level) {
-  InDims in_dims(args.size());
+// Returns whether any argument is batched at the level (with none, args are as they
+// were: nothing is unwrapped).
+bool unwrapForRule(const OperatorHandle& op, Stack& args, const Level& level, InDims& in_dims) {
+  in_dims.assign(args.size(), std::nullopt);
+  bool batched = false;
   for (size_t i = 0; i < args.size(); ++i) {
     IValue& v = args[i];
     if (v.isTensor()) {
       if (const auto* b = atLevel(op, v.toTensor(), &level)) {
         in_dims[i] = b->bdim;
         v = IValue(b->value);
+        batched = true;
       }
     } else if (v.isTensorList() || v.isGenericList()) {
       bool any = false;
       forEachArgTensor(v, [&](const Tensor& t) { any = atLevel(op, t, &level) != nullptr || any; });
       if (!any) continue;
+      batched = true;
       in_dims[i] = 0;
       if (v.isTensorList()) {
         std::vector<Tensor> out;
@@ -323,8 +329,30 @@ InDims unwrapForRule(const OperatorHandle& op, Stack& args, const Level& level) 
       }
     }
   }
-  return in_dims;
+  return batched;
 }
+
+// A rule's in_dims, from the thread's spares (a rule calls ops, whose rules need
+// their own): one allocation per nesting depth, not per call.
+class InDimsLease {
+ public:
+  InDimsLease() {
+    std::vector<InDims>& spare = state().spare_in_dims;
+    if (!spare.empty()) {
+      dims_ = std::move(spare.back());
+      spare.pop_back();
+    }
+  }
+  ~InDimsLease() {
+    if (t_vmap != nullptr && t_vmap->spare_in_dims.size() < 8) t_vmap->spare_in_dims.push_back(std::move(dims_));
+  }
+  InDimsLease(const InDimsLease&) = delete;
+  InDimsLease& operator=(const InDimsLease&) = delete;
+  InDims& operator*() { return dims_; }
+
+ private:
+  InDims dims_;
+};
 
 // The argument a `Tensor(a!)` return aliases, or -1.
 int writtenArgumentOf(const FunctionSchema& schema, size_t ret) {
@@ -382,7 +410,20 @@ void pushRuleOutputs(const OperatorHandle& op, VmapResult& result, const Stack& 
   }
 }
 
-void runRule(const OperatorHandle& op, Stack& stack, size_t base, const Level& level, const VmapRule& rule) {
+// Whether the op writes its arguments, from its schema, once per rule.
+bool isMutable(const OperatorHandle& op, const detail::RuleData& rule) {
+  int8_t m = rule.is_mutable.load(std::memory_order_relaxed);
+  if (__builtin_expect(m < 0, 0)) {
+    m = op.schema().is_mutable() ? 1 : 0;
+    rule.is_mutable.store(m, std::memory_order_relaxed);
+  }
+  return m != 0;
+}
+
+// The rule's path through the Batched kernel. Returns false, with the stack as it was,
+// when no argument is batched at the level and the rule does not run unbatched:
+// the op is then not this level's (Note [vmap levels], 2).
+bool runRule(const OperatorHandle& op, Stack& stack, size_t base, const Level& level, const detail::RuleData& rule) {
   // The arguments move to the rule's stack (a swap, when they are all of it).
   Stack args;
   if (base == 0) {
@@ -393,22 +434,31 @@ void runRule(const OperatorHandle& op, Stack& stack, size_t base, const Level& l
     stack.resize(base);
   }
   Stack original;
-  if (op.schema().is_mutable()) original = args;
-  LevelPop pop;
-  InDims in_dims = unwrapForRule(op, args, level);
+  if (isMutable(op, rule)) original = args;
+  InDimsLease lease;
+  InDims& in_dims = *lease;
+  std::optional<LevelPop> pop;
+  pop.emplace();
+  if (!unwrapForRule(op, args, level, in_dims) && !rule.runs_unbatched) {
+    pop.reset();
+    if (base == 0) stack.swap(args);
+    else stack.insert(stack.end(), std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
+    return false;
+  }
   const bool observed = dispatch_observed();
   std::string note;
   if (observed) {
     note = "vmap level " + std::to_string(level.id) + ", batch size " + std::to_string(level.batch_size) +
            ": batching rule with in_dims " + dimsStr(in_dims);
   }
-  VmapResult result = rule(VmapInfo{level.batch_size, level.randomness}, in_dims, args);
+  VmapResult result = rule.fn(VmapInfo{level.batch_size, level.randomness}, in_dims, args);
   if (observed) note_dispatch_step(note + ", out_dims " + dimsStr(result.out_dims));
   if (base == 0) {
     args.clear();
     stack.swap(args);  // the caller's stack back, with its capacity
   }
   pushRuleOutputs(op, result, original, stack, level);
+  return true;
 }
 
 bool returnsAliasInput(const FunctionSchema& schema) {
@@ -539,17 +589,19 @@ void batchedKernel(const OperatorHandle& op, Stack& stack, const RuleData* rule)
   const size_t nargs = op.schema().arguments().size();
   const size_t base = stack.size() - nargs;
   const Level* cur = anyVisible() ? &t_vmap->visible.back() : nullptr;
+  if (rule != nullptr && cur != nullptr) {
+    // The rule looks at each argument once, unwrapping as it goes (atLevel throws for
+    // a level that may not be seen, as anyAtLevel below does).
+    const Level level = *cur;
+    if (runRule(op, stack, base, level, *rule)) return;
+    rule = nullptr;  // not this level's op: the same path as without a rule
+  }
   const bool any = anyAtLevel(op, stack, base, cur);  // throws for a level that may not be seen
   if (cur == nullptr) {
     // Reached through the Batched key of a tensor whose level is gone: anyAtLevel threw.
     // Only a caller that included Batched by hand gets here: run below the layer.
     ExcludeDispatchKeyGuard no_batched(DispatchKey::Batched);
     op.callBoxed(stack);
-    return;
-  }
-  if (rule != nullptr && (any || rule->runs_unbatched)) {
-    const Level level = *cur;
-    runRule(op, stack, base, level, rule->fn);
     return;
   }
   // Note [Random ops without a batching rule]
@@ -600,7 +652,7 @@ RegistrationHandleRAII addVmapRule(std::string_view op_text, VmapRule rule, bool
     refuseSecondRule(name, DispatchKey::Batched, std::string(api) + "(" + std::string(op_text) + ")",
                      "a batching rule", debug);
   }
-  auto data = std::make_shared<const RuleData>(RuleData{std::move(rule), runs_unbatched});
+  auto data = std::make_shared<const RuleData>(std::move(rule), runs_unbatched);
   return d.registerImpl(name, DispatchKey::Batched,
                         KernelFunction::makeFromBoxedFunctor(
                             [data](const OperatorHandle& op, DispatchKeySet, Stack& stack) {

@@ -1,6 +1,7 @@
 // What the vmap layer's files share: batched tensors and the Batched kernel.
 #pragma once
 
+#include <atomic>
 #include <string>
 
 #include "strata/modes/vmap.h"
@@ -25,9 +26,12 @@ const BatchedWrapper* batchedOf(const Tensor& t);
 Tensor makeBatched(const Tensor& value, int64_t bdim, uint64_t level);
 
 struct RuleData {
+  RuleData(VmapRule f, bool unbatched) : fn(std::move(f)), runs_unbatched(unbatched) {}
   VmapRule fn;
   // Run even when no argument is batched at the level (random ops: randomness decides).
   bool runs_unbatched = false;
+  // Whether the op's schema writes an argument: -1 until first asked.
+  mutable std::atomic<int8_t> is_mutable{-1};
 };
 
 // The Batched kernel of every op: its rule (null: the for-loop fallback).
