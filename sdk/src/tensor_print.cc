@@ -101,21 +101,9 @@ void forEachPrinted(const std::vector<int64_t>& sizes, int64_t dim, int64_t offs
 Tensor printedData(const Tensor& data, bool summarize, bool floating) {
   const ScalarType as = floating ? ScalarType::Double : ScalarType::Long;
   if (!summarize) return data.to(kCPU).contiguous().to(as);
-  Tensor src = data;
-  if (!src.is_cpu()) {
-    // Narrow on the device first, one dim at a time, so that only the edges cross.
-    for (int64_t d = 0; d < src.dim(); ++d) {
-      const int64_t n = src.sizes()[static_cast<size_t>(d)];
-      if (n <= 2 * kEdgeItems) continue;
-      std::vector<int64_t> sizes(src.sizes().begin(), src.sizes().end());
-      sizes[static_cast<size_t>(d)] = 2 * kEdgeItems;
-      Tensor part = empty(sizes, TensorOptions(src.dtype()).with_device(src.device()));
-      part.slice(d, 0, kEdgeItems).copy_(src.slice(d, 0, kEdgeItems));
-      part.slice(d, kEdgeItems, 2 * kEdgeItems).copy_(src.slice(d, n - kEdgeItems, n));
-      src = part;
-    }
-    return src.to(kCPU).contiguous().to(as);
-  }
+  // Another device's data comes to the host as it is (one copy, no conversion); only
+  // the edges are then read from it.
+  const Tensor src = data.is_cpu() ? data : data.to(kCPU);
   std::vector<int64_t> sizes(src.sizes().begin(), src.sizes().end());
   std::vector<int64_t> printed(sizes);
   for (int64_t& s : printed) s = std::min<int64_t>(s, 2 * kEdgeItems);
