@@ -121,7 +121,7 @@ const BatchedWrapper* batchedOf(const Tensor& t) {
   return static_cast<const BatchedWrapper*>(w);
 }
 
-Tensor makeBatched(const Tensor& value, int64_t bdim, uint64_t level) {
+Tensor makeBatched(Tensor value, int64_t bdim, uint64_t level) {
   const size_t n = static_cast<size_t>(value.dim());
   STRATA_INTERNAL_ASSERT(bdim >= 0 && static_cast<size_t>(bdim) < n, "makeBatched: bdim out of range");
   // The logical sizes and strides: the value's without the batch dim (in place for
@@ -143,10 +143,13 @@ Tensor makeBatched(const Tensor& value, int64_t bdim, uint64_t level) {
     strides[k] = value.strides()[d];
     ++k;
   }
-  auto wrapper = make_intrusive<BatchedWrapper>(value, bdim, level);
-  return Tensor(make_intrusive<TensorImpl>(value.storage(), value.dtype(), IntArrayRef(sizes, n - 1),
-                                           IntArrayRef(strides, n - 1), value.storage_offset(),
-                                           DispatchKeySet(DispatchKey::Batched), std::move(wrapper)));
+  Storage storage = value.storage();
+  const ScalarType dtype = value.dtype();
+  const int64_t offset = value.storage_offset();
+  auto wrapper = make_intrusive<BatchedWrapper>(std::move(value), bdim, level);
+  return Tensor(make_intrusive<TensorImpl>(std::move(storage), dtype, IntArrayRef(sizes, n - 1),
+                                           IntArrayRef(strides, n - 1), offset, DispatchKeySet(DispatchKey::Batched),
+                                           std::move(wrapper)));
 }
 
 }  // namespace detail
@@ -376,7 +379,7 @@ void pushRuleOutputs(const OperatorHandle& op, VmapResult& result, const Stack& 
   STRATA_CHECK(result.out_dims.size() == n || (result.out_dims.size() == 1 && n > 0), Value,
                "vmap: the batching rule for ", op.name(), " returned ", result.out_dims.size(),
                " out_dims for ", n, " output", n == 1 ? "" : "s", ": give one per output (or one for all)");
-  auto wrapOne = [&](const Tensor& t, Dim d, size_t j) -> Tensor {
+  auto wrapOne = [&](Tensor t, Dim d, size_t j) -> Tensor {
     if (const auto* b = batchedOf(t); b != nullptr && b->level >= level.id) {
       STRATA_FAIL(Value, "vmap: the batching rule for ", op.name(), " returned (output ", j,
                   ") a batched tensor of vmap level ", b->level,
@@ -386,7 +389,7 @@ void pushRuleOutputs(const OperatorHandle& op, VmapResult& result, const Stack& 
     const int64_t k = t.dim();
     STRATA_CHECK(*d >= -k && *d < k, Value, "vmap: the batching rule for ", op.name(), " returned out_dim ", *d,
                  " for output ", j, ", a tensor of dimensionality ", k, ", so expected -", k, " <= out_dim < ", k);
-    return makeBatched(t, *d < 0 ? *d + k : *d, level.id);
+    return makeBatched(std::move(t), *d < 0 ? *d + k : *d, level.id);
   };
   for (size_t j = 0; j < n; ++j) {
     const Dim d = result.out_dims.size() == 1 ? result.out_dims[0] : result.out_dims[j];
@@ -397,7 +400,7 @@ void pushRuleOutputs(const OperatorHandle& op, VmapResult& result, const Stack& 
       continue;
     }
     if (v.isTensor()) {
-      stack.push_back(wrapOne(v.toTensor(), d, j));
+      stack.push_back(wrapOne(std::move(v).toTensor(), d, j));
     } else if (v.isTensorList()) {
       std::vector<Tensor> out;
       for (const Tensor& t : v.toTensorList()) out.push_back(wrapOne(t, d, j));
@@ -835,7 +838,7 @@ Tensor VmapCall::input(const Tensor& t) {
     const int64_t start = static_cast<int64_t>(chunk_) * step_, length = std::min(step_, batch_size_ - start);
     piece = t.wrapper() == nullptr ? t.slice(*d, start, start + length) : ops::narrow(t, *d, start, length);
   }
-  return makeBatched(piece, *d, level_);
+  return makeBatched(std::move(piece), *d, level_);
 }
 
 std::vector<Tensor> VmapCall::inputList(const std::vector<Tensor>& ts) {
@@ -914,8 +917,12 @@ void VmapCall::collectOutputs(size_t num_outputs, bool single_tensor, Leaves& le
         out = ops::expand(ops::unsqueeze(t, o), size);
       }
     }
-    if (first_chunk) r.first = out;
-    if (chunked) r.chunks.push_back(std::move(out));
+    if (!chunked) {
+      r.first = std::move(out);
+    } else {
+      if (first_chunk) r.first = out;
+      r.chunks.push_back(std::move(out));
+    }
   }
 }
 
@@ -923,7 +930,7 @@ void VmapCall::finish(Leaves& leaves) {
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (leaves[i].tensor == nullptr) continue;
     const LeafOut& r = results_[i];
-    *leaves[i].tensor = r.chunks.size() > 1 && r.dim ? ops::cat(r.chunks, *r.dim) : r.first;
+    *leaves[i].tensor = r.chunks.size() > 1 && r.dim ? ops::cat(r.chunks, *r.dim) : std::move(r.first);
   }
 }
 

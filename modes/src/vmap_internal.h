@@ -23,7 +23,7 @@ class BatchedWrapper final : public TensorWrapper {
 // The wrapper of a tensor batched at any level; null for any other tensor.
 const BatchedWrapper* batchedOf(const Tensor& t);
 // value seen without its dim bdim, batched at level.
-Tensor makeBatched(const Tensor& value, int64_t bdim, uint64_t level);
+Tensor makeBatched(Tensor value, int64_t bdim, uint64_t level);
 
 struct RuleData {
   RuleData(VmapRule f, bool unbatched) : fn(std::move(f)), runs_unbatched(unbatched) {}
