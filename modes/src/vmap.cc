@@ -54,6 +54,7 @@ VmapTls& makeState() {
   owner.state = std::make_unique<VmapTls>();
   owner.state->visible.reserve(8);
   owner.state->alive.reserve(8);
+  owner.state->spare_in_dims.reserve(8);  // returned in a destructor: no allocation there
   t_vmap = owner.state.get();
   return *t_vmap;
 }
@@ -929,7 +930,7 @@ void VmapCall::collectOutputs(size_t num_outputs, bool single_tensor, Leaves& le
 void VmapCall::finish(Leaves& leaves) {
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (leaves[i].tensor == nullptr) continue;
-    const LeafOut& r = results_[i];
+    LeafOut& r = results_[i];
     *leaves[i].tensor = r.chunks.size() > 1 && r.dim ? ops::cat(r.chunks, *r.dim) : std::move(r.first);
   }
 }

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 
 #include "cuda/cuda_backend.h"
 #include "strata/error.h"
@@ -16,7 +17,7 @@ StorageImpl::~StorageImpl() {
 namespace {
 constexpr size_t kCpuAlignment = 64;
 // Up to this many bytes CPU data comes from malloc, aligned by hand (see below): with
-// the 48 bytes for alignment, 1,008 at most, within the 1,032 bytes glibc's
+// 63 bytes of slack for the alignment, 1,023 at most, within the 1,032 bytes glibc's
 // per-thread cache serves.
 constexpr size_t kSmallCpuBytes = 960;
 
@@ -28,17 +29,25 @@ Storage allocateStorage(size_t nbytes, Device device) {
     case DeviceType::CPU: {
       if (nbytes == 0) return make_intrusive<StorageImpl>(DataPtr{}, 0, kCPU);
       const size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+      // The block is freed if making the StorageImpl throws (the pool may be out of memory too).
+      std::unique_ptr<void, void (*)(void*)> block(nullptr, &std::free);
+      void* data = nullptr;
       if (rounded <= kSmallCpuBytes) {
-        // Small: malloc with room to align (glibc's per-thread cache serves it;
-        // aligned_alloc never does, and its chunk splitting slowed every free).
-        void* p = std::malloc(rounded + kCpuAlignment - alignof(std::max_align_t));
-        STRATA_CHECK(p != nullptr, Device, "out of CPU memory allocating ", nbytes, " bytes");
-        const auto at = (reinterpret_cast<uintptr_t>(p) + kCpuAlignment - 1) & ~uintptr_t{kCpuAlignment - 1};
-        return make_intrusive<StorageImpl>(DataPtr{reinterpret_cast<void*>(at), p, &freeCpu}, nbytes, kCPU);
+        // Small: malloc with room to align whatever malloc's own alignment (glibc's
+        // per-thread cache serves malloc; aligned_alloc never, and its chunk splitting
+        // slowed every free).
+        block.reset(std::malloc(rounded + kCpuAlignment - 1));
+        STRATA_CHECK(block != nullptr, Device, "out of CPU memory allocating ", nbytes, " bytes");
+        data = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(block.get()) + kCpuAlignment - 1) &
+                                       ~uintptr_t{kCpuAlignment - 1});
+      } else {
+        block.reset(std::aligned_alloc(kCpuAlignment, rounded));
+        STRATA_CHECK(block != nullptr, Device, "out of CPU memory allocating ", nbytes, " bytes");
+        data = block.get();
       }
-      void* p = std::aligned_alloc(kCpuAlignment, rounded);
-      STRATA_CHECK(p != nullptr, Device, "out of CPU memory allocating ", nbytes, " bytes");
-      return make_intrusive<StorageImpl>(DataPtr{p, p, &freeCpu}, nbytes, kCPU);
+      Storage storage = make_intrusive<StorageImpl>(DataPtr{data, block.get(), &freeCpu}, nbytes, kCPU);
+      block.release();
+      return storage;
     }
     case DeviceType::Meta:
       return make_intrusive<StorageImpl>(DataPtr{}, nbytes, kMeta);

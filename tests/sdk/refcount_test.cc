@@ -435,6 +435,27 @@ TEST_F(RefcountTest, PooledObjectsCrossThreadsAndOutliveThem) {
   EXPECT_EQ(g_made.load(), 600);
 }
 
+// A wrapper aligned beyond the default gets aligned memory (not the pool's), and
+// placement new still works on pooled classes.
+struct alignas(64) AlignedWrapper : TensorWrapper {
+  std::string what() const override { return "aligned"; }
+  std::string str() const override { return "aligned"; }
+  double lanes[8] = {};
+};
+
+TEST_F(RefcountTest, OverAlignedWrappersAndPlacementNew) {
+  std::vector<intrusive_ptr<AlignedWrapper>> ws;
+  for (int i = 0; i < 16; ++i) {
+    ws.push_back(make_intrusive<AlignedWrapper>());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(ws.back().get()) % 64, 0u);
+  }
+  ws.clear();
+  alignas(PooledCounted) unsigned char buf[sizeof(PooledCounted)];
+  auto* placed = new (buf) PooledCounted(5);
+  EXPECT_EQ(placed->value, 5);
+  placed->~PooledCounted();
+}
+
 // A typed call that reaches a boxed kernel borrows a pooled Stack (Note [Pooled
 // stacks]): calls nested deeper than the pool holds each get their own, and a kernel
 // that swaps in a vector of its own (larger than the pool keeps) gives correct results.

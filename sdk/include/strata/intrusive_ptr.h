@@ -49,6 +49,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <type_traits>
 #include <utility>
 
@@ -77,10 +78,16 @@ STRATA_API void* pool_allocate(size_t bytes);
 STRATA_API void pool_free(void* p, size_t bytes) noexcept;
 }  // namespace detail
 
-// operator new / delete from the pools (Note [Small object pools]), for a class.
-#define STRATA_POOLED_OBJECT                                                                 \
-  static void* operator new(size_t bytes) { return ::strata::detail::pool_allocate(bytes); } \
-  static void operator delete(void* p, size_t bytes) noexcept { ::strata::detail::pool_free(p, bytes); }
+// operator new / delete from the pools (Note [Small object pools]), for a class. A
+// subclass aligned beyond the default (alignas(32)) goes to the global aligned forms,
+// and placement new stays available (a class-scope operator new hides the global ones).
+#define STRATA_POOLED_OBJECT                                                                             \
+  static void* operator new(size_t bytes) { return ::strata::detail::pool_allocate(bytes); }             \
+  static void operator delete(void* p, size_t bytes) noexcept { ::strata::detail::pool_free(p, bytes); } \
+  static void* operator new(size_t bytes, std::align_val_t al) { return ::operator new(bytes, al); }     \
+  static void operator delete(void* p, size_t, std::align_val_t al) noexcept { ::operator delete(p, al); } \
+  static void* operator new(size_t, void* where) noexcept { return where; }                              \
+  static void operator delete(void*, void*) noexcept {}
 
 namespace detail::refcount {
 // This thread's owner token; 0 until it first creates an object (so it matches no
