@@ -815,7 +815,9 @@ const RuleCase kRuleCases[] = {
     {"to_dtype", {{2, 3}}, {true}, [](V t) { return ops::to(t[0], ScalarType::Double); }},
     {"contiguous", {{2, 3}}, {true}, [](V t) { return ops::contiguous(ops::transpose(t[0], 0, 1)); }},
     {"clone", {{2, 3}}, {true}, [](V t) { return ops::clone(t[0]); }},
-    {"empty_like_zeroed", {{2, 3}}, {true}, [](V t) { return ops::mul(ops::empty_like(t[0]), 0.0); }},
+    // As integers: uninitialized floats may hold NaN or inf, which times 0 stays NaN.
+    {"empty_like_zeroed", {{2, 3}}, {true},
+     [](V t) { return ops::mul(ops::empty_like(t[0], ScalarType::Long), Scalar(int64_t{0})); }},
     {"copy_into_clone", {{2, 3}, {3}}, {true, true},
      [](V t) {
        Tensor dst = ops::clone(t[0]);
