@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <filesystem>
 #include <functional>
 #include <thread>
@@ -346,14 +347,28 @@ void Store::refuseTruncated() const {
   // The header says how many pages the file holds (when its "valid for" counter
   // matches the change counter); a file shorter than that lost its tail, and SQLite
   // would only notice at the first read of a missing page, after writes elsewhere.
+  // Another process's checkpoint writes the header page before the pages that grow
+  // the file, so a short file is looked at again for a while before it is called
+  // truncated (8 writers at once saw it, between the header and the last page).
+  for (int attempt = 0;; ++attempt) {
+    const std::optional<std::string> why = truncation();
+    if (!why) return;
+    if (attempt == 50) {
+      throw StoreError("store " + path_ + ": the database is malformed: " + *why + "; refusing to open it");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+std::optional<std::string> Store::truncation() const {
   std::FILE* f = std::fopen(path_.c_str(), "rb");
-  if (f == nullptr) return;  // openConnection says why
+  if (f == nullptr) return std::nullopt;  // openConnection says why
   unsigned char h[100];
   const size_t n = std::fread(h, 1, sizeof h, f);
   std::fclose(f);
   std::error_code ec;
   const auto size = std::filesystem::file_size(path_, ec);
-  if (n == 0 || ec) return;  // empty: refuseUnmarked says so
+  if (n == 0 || ec) return std::nullopt;  // empty: refuseUnmarked says so
   static const char kMagic[] = "SQLite format 3";  // with its NUL: 16 bytes
   if (n < sizeof h || std::memcmp(h, kMagic, sizeof kMagic) != 0) {
     throw StoreError("store " + path_ + ": not a Strata store: " +
@@ -367,14 +382,12 @@ void Store::refuseTruncated() const {
   };
   const uint32_t page_size = h[16] == 0 && h[17] == 1 ? 65536u : (uint32_t{h[16]} << 8) | h[17];
   const uint32_t pages = be32(28);
-  if (be32(92) != be32(24) || pages == 0 || page_size < 512) return;  // no reliable size in the header
+  if (be32(92) != be32(24) || pages == 0 || page_size < 512) return std::nullopt;  // no reliable size in the header
   const uint64_t expected = uint64_t{page_size} * pages;
-  if (size < expected) {
-    throw StoreError("store " + path_ + ": the database is malformed: the file is truncated (its header says " +
-                     std::to_string(pages) + " pages of " + std::to_string(page_size) + " bytes, " +
-                     std::to_string(expected) + " bytes, and it has " + std::to_string(size) +
-                     "); refusing to open it");
-  }
+  if (size >= expected) return std::nullopt;
+  return "the file is truncated (its header says " + std::to_string(pages) + " pages of " +
+         std::to_string(page_size) + " bytes, " + std::to_string(expected) + " bytes, and it has " +
+         std::to_string(size) + ")";
 }
 
 Store::Store(const std::string& path) : path_(path) {

@@ -6,10 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 #include <vector>
 
 #include "strata/db/store.h"
@@ -175,6 +177,36 @@ TEST(Store, RefusesEmptyFilesAndOtherProgramsDatabasesUnchanged) {
   EXPECT_EQ(sqlite3_column_int(st, 0), Store::kApplicationId);
   sqlite3_finalize(st);
   sqlite3_close(raw);
+}
+
+// A file shorter than its header says is truncated, unless it grows to its size soon:
+// another process's checkpoint writes the header page before the pages that grow the
+// file (eight admins at once saw a store "truncated" in between).
+TEST(Store, AFileCaughtMidCheckpointOpensATruncatedOneIsRefused) {
+  TempDir d;
+  const auto bytes = [](const std::string& f) {
+    std::ifstream in(f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  {
+    Store s(d.file("whole.db"));
+    s.setKernelState("a::b", "CPU", false, "r", "t");
+  }
+  const std::string whole = bytes(d.file("whole.db"));
+  ASSERT_GT(whole.size(), 4096u * 3);
+  const std::string shorter = whole.substr(0, whole.size() - 4096);
+  const std::string path = d.file("growing.db");
+  std::ofstream(path, std::ios::binary) << shorter;
+  std::thread grow([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ofstream(path, std::ios::binary | std::ios::app) << whole.substr(shorter.size());
+  });
+  EXPECT_EQ(errorOf([&] { Store s(path); }), "");
+  grow.join();
+  std::ofstream(d.file("cut.db"), std::ios::binary) << shorter;
+  EXPECT_THAT(errorOf([&] { Store s(d.file("cut.db")); }),
+              HasSubstr("cut.db: the database is malformed: the file is truncated"));
+  EXPECT_EQ(bytes(d.file("cut.db")), shorter);
 }
 
 // Eight processes open one store that does not exist yet at the same instant: each

@@ -212,6 +212,8 @@ class Store {
   void refuseUnmarked();
   // StoreError when the file is not an SQLite file or is shorter than its header says.
   void refuseTruncated() const;
+  // Why the file looks truncated (its header promises more pages than it has), if it does.
+  std::optional<std::string> truncation() const;
   void useWal();
   int64_t applicationId();
   // Opens path_ (creating it when `create`), with the busy timeout and WAL.
