@@ -348,12 +348,14 @@ void Store::refuseTruncated() const {
   // matches the change counter); a file shorter than that lost its tail, and SQLite
   // would only notice at the first read of a missing page, after writes elsewhere.
   // Another process's checkpoint writes the header page before the pages that grow
-  // the file, so a short file is looked at again for a while before it is called
-  // truncated (8 writers at once saw it, between the header and the last page).
+  // the file, so while a WAL file is there (a checkpoint needs one) a short file is
+  // looked at again for a while before it is called truncated (8 writers at once saw
+  // it, between the header and the last page). Without one, nobody is writing it.
   for (int attempt = 0;; ++attempt) {
     const std::optional<std::string> why = truncation();
     if (!why) return;
-    if (attempt == 50) {
+    std::error_code ec;
+    if (attempt == 50 || !std::filesystem::exists(path_ + "-wal", ec)) {
       throw StoreError("store " + path_ + ": the database is malformed: " + *why + "; refusing to open it");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -197,13 +197,20 @@ TEST(Store, AFileCaughtMidCheckpointOpensATruncatedOneIsRefused) {
   const std::string shorter = whole.substr(0, whole.size() - 4096);
   const std::string path = d.file("growing.db");
   std::ofstream(path, std::ios::binary) << shorter;
+  std::ofstream(path + "-wal").close();  // a checkpoint is only ever of a WAL
   std::thread grow([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::ofstream(path, std::ios::binary | std::ios::app) << whole.substr(shorter.size());
   });
   EXPECT_EQ(errorOf([&] { Store s(path); }), "");
   grow.join();
+  // Truncated for good: refused at once without a WAL, after the wait with one.
   std::ofstream(d.file("cut.db"), std::ios::binary) << shorter;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(errorOf([&] { Store s(d.file("cut.db")); }),
+              HasSubstr("cut.db: the database is malformed: the file is truncated"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(400));
+  std::ofstream(d.file("cut.db-wal")).close();
   EXPECT_THAT(errorOf([&] { Store s(d.file("cut.db")); }),
               HasSubstr("cut.db: the database is malformed: the file is truncated"));
   EXPECT_EQ(bytes(d.file("cut.db")), shorter);
