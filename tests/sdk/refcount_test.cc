@@ -379,15 +379,10 @@ constexpr bool kPooling = true;
 constexpr bool kPooling = true;
 #endif
 
-struct PooledCounted : intrusive_ptr_target {
+// Counted, with its memory from the pools.
+struct PooledCounted : Counted {
   STRATA_POOLED_OBJECT
-  explicit PooledCounted(int v) : value(v) { ++g_made; }
-  ~PooledCounted() override {
-    EXPECT_NE(value, -1) << "destroyed twice";
-    value = -1;
-    ++g_destroyed;
-  }
-  int value;
+  explicit PooledCounted(int v) : Counted(v) {}
   char payload[40] = {};
 };
 
