@@ -12,6 +12,7 @@
 //              | '__torch__.torch.classes.' IDENT '.' IDENT | BASE alias? ) ( '[]' alias? | '?' )*
 //   alias    := '(' sets ['!'] ['->' sets] ')' | '!'
 #include <algorithm>
+#include <optional>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -791,7 +792,41 @@ FunctionSchema parseSchema(std::string_view text, SchemaParseOptions options) {
   throw SchemaError(text, text.size() + 1, "expected '(' and an argument list after the operator name");
 }
 
+namespace {
+// "ns::name" or "ns::name.overload" and nothing else (no spaces, no keywords, a
+// legal overload name): the form nearly every name a library registers has, read
+// without the lexer. Anything else, valid or not, goes to the parser, which gives the
+// same OperatorName for what this accepts.
+std::optional<OperatorName> plainName(std::string_view text) {
+  size_t i = 0;
+  auto ident = [&]() -> std::string_view {
+    const size_t start = i;
+    if (i < text.size() && isIdentStart(text[i])) {
+      ++i;
+      while (i < text.size() && isIdentChar(text[i])) ++i;
+    }
+    return text.substr(start, i - start);
+  };
+  const std::string_view ns = ident();
+  if (ns.empty() || isKeyword(ns) || text.substr(i, 2) != "::") return std::nullopt;
+  i += 2;
+  const std::string_view name = ident();
+  if (name.empty() || isKeyword(name)) return std::nullopt;
+  std::string_view overload;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    overload = ident();
+    if (overload.empty() || isKeyword(overload) || overload == "default" || overload.starts_with("__")) {
+      return std::nullopt;
+    }
+  }
+  if (i != text.size()) return std::nullopt;
+  return OperatorName{std::string(text.substr(0, ns.size() + 2 + name.size())), std::string(overload)};
+}
+}  // namespace
+
 OperatorName parseName(std::string_view text) {
+  if (auto plain = plainName(text)) return std::move(*plain);
   auto parsed = parseSchemaOrName(text);
   if (auto* name = std::get_if<OperatorName>(&parsed)) return std::move(*name);
   const size_t paren = text.find('(');

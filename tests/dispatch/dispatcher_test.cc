@@ -3,7 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "strata/strata.h"
@@ -567,6 +571,62 @@ TEST(Libraries, RegistrationsRecordOwnerAndDebugAndDieWithTheLibrary) {
   }
   EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("owned::f")).has_value());
   Library again(Library::DEF, "owned");  // the namespace is free again
+}
+
+// A library's registrations go as one batch (Note [Registration batches]); when
+// another thread holds a batch, they still go, one at a time, and nothing throws.
+TEST(Libraries, ALibraryOfManyKernelsGoesWholeAndStillGoesWhileAnotherThreadBatches) {
+  Library def(Library::DEF, "manyk");
+  constexpr int kOps = 40;
+  for (int i = 0; i < kOps; ++i) def.def("f" + std::to_string(i) + "(Tensor x) -> Tensor");
+  auto noCpuKernel = [](int i) {
+    return !Dispatcher::singleton().registrations(parseOperatorName("manyk::f" + std::to_string(i))).empty() &&
+           errorOf([i] { op("manyk::f" + std::to_string(i)).typed<Unary>().call(ones({1})); }).find("no kernel") !=
+               std::string::npos;
+  };
+  auto fill = [](Library& impl) {
+    for (int i = 0; i < kOps; ++i) impl.impl("f" + std::to_string(i), [](const Tensor& x) { return x; });
+  };
+  {
+    Library impl(Library::IMPL, "manyk", DispatchKey::CPU);
+    fill(impl);
+    EXPECT_TRUE(op("manyk::f7").typed<Unary>().call(ones({1})).defined());
+  }
+  for (int i = 0; i < kOps; ++i) EXPECT_TRUE(noCpuKernel(i)) << i;
+
+  auto impl = std::make_unique<Library>(Library::IMPL, "manyk", DispatchKey::CPU);
+  fill(*impl);
+  std::atomic<bool> holding{false}, release{false};
+  std::thread other([&] {
+    RegistrationBatch batch;
+    holding = true;
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  });
+  while (!holding.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  {
+    RegistrationBatch here(std::try_to_lock);
+    EXPECT_FALSE(here.active());
+  }
+  EXPECT_THAT(errorOf([] { RegistrationBatch b; }), HasSubstr("already open on another thread"));
+  impl.reset();  // no batch of its own: each removal is published at once
+  for (int i = 0; i < kOps; ++i) EXPECT_TRUE(noCpuKernel(i)) << i;
+  release = true;
+  other.join();
+  RegistrationBatch mine(std::try_to_lock);
+  EXPECT_TRUE(mine.active());
+}
+
+// The schema inferred from a C++ signature is remembered per signature, never per
+// operator: the same signature against another schema is still refused.
+TEST(Signatures, OneSignatureIsCheckedAgainstEachOperatorsOwnSchema) {
+  Library lib(Library::DEF, "sigcache");
+  lib.def("a(Tensor x, float y) -> Tensor");
+  lib.def("b(Tensor x, int y) -> Tensor");
+  auto kernel = [](const Tensor& x, double) { return x; };
+  lib.impl("a", kernel, DispatchKey::CPU);
+  EXPECT_THAT(errorOf([&] { lib.impl("b", kernel, DispatchKey::CPU); }),
+              AllOf(HasSubstr("sigcache::b"), HasSubstr("argument 'y' (position 1) is int")));
+  lib.impl("a", kernel, DispatchKey::Meta);  // and the same one again is fine
 }
 
 // Tags and alias analysis: what a def says besides its schema.

@@ -171,6 +171,34 @@ TEST(SchemaTest, NameAloneParsesAsAName) {
   EXPECT_THROW(parseName("mylib::foo(Tensor x) -> Tensor"), SchemaError);
 }
 
+// parseName reads plain "ns::name[.overload]" without the lexer; it must agree with
+// the parser on every name, the plain ones and those it leaves to the parser.
+TEST(SchemaTest, NamesReadWithoutTheLexerAgreeWithTheParser) {
+  for (const char* text : {"mylib::foo", "mylib::foo.out", "a::b", "_x9::_Y_.o2", "bench_reg::op12345",
+                           "ns::the_operator_with_a_long_name.an_overload"}) {
+    const auto parsed = parseSchemaOrName(text);
+    ASSERT_TRUE(std::holds_alternative<OperatorName>(parsed)) << text;
+    EXPECT_EQ(parseName(text), std::get<OperatorName>(parsed)) << text;
+  }
+  EXPECT_EQ(parseName(" mylib :: foo . bar ").str(), "mylib::foo.bar");  // the parser's spacing rules
+  // Refused either way, with the parser's reasons.
+  for (const char* text : {"ns::for", "for::x", "ns::a.default", "ns::a.__x", "ns::a.b.c", "ns::a.", "ns::",
+                           "::a", "ns::1a", "ns::a.None", "a::b::c", "ns::a-b", "ns::$0", ""}) {
+    EXPECT_THROW(parseName(text), SchemaError) << text;
+    EXPECT_THROW(parseSchemaOrName(text), SchemaError) << text;
+  }
+  auto reason = [](const char* text) -> std::string {
+    try {
+      parseName(text);
+    } catch (const SchemaError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_THAT(reason("ns::a.default"), HasSubstr("'default' is not a legal overload name"));
+  EXPECT_THAT(reason("ns::while"), HasSubstr("keyword 'while'"));
+}
+
 TEST(SchemaTest, TypeVariablesOnlyWhereAllowed) {
   const SchemaParseOptions strict{.allow_typevars = false};
   EXPECT_NO_THROW(parseSchema("mylib::f(t x) -> t"));  // allowed by default, as in PyTorch

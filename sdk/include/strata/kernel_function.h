@@ -57,6 +57,9 @@ class STRATA_API CppSignature {
   // The demangled C++ type, e.g. "strata::Tensor (strata::Tensor const&, double)".
   std::string name() const;
   bool operator==(const CppSignature& o) const { return type_ == o.type_; }
+  // The mangled type name: a key that, unlike the type_info, stays valid after the
+  // library that made the signature is unloaded (copy it).
+  const char* mangledName() const noexcept { return type_.name(); }
 
  private:
   template <typename R, typename Tuple>

@@ -4,6 +4,8 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -100,6 +102,13 @@ void throwWrongReturnCount(const OperatorHandle& op, size_t have, size_t need) {
   STRATA_FAIL(Value, op.name(), ": the boxed kernel left ", have, " values on the stack, the schema returns ", need);
 }
 }  // namespace detail::boxing
+
+// Keyed by mangled C++ signature: see inferredSchemaOf.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>()(s); }
+};
+using InferredSchemas = std::unordered_map<std::string, FunctionSchema, StringHash, std::equal_to<>>;
 
 // The shared kernels every table may point at. Never freed: calls may race exit.
 struct SharedKernels {
@@ -302,7 +311,7 @@ struct Dispatcher::Impl {
       h = (h ^ v) * 0xff51afd7ed558ccdULL;
       return h ^ (h >> 29);
     }
-    static uint64_t bytes(uint64_t h, std::string_view s) {
+    __attribute__((always_inline)) static uint64_t bytes(uint64_t h, std::string_view s) {
       const char* p = s.data();
       size_t n = s.size();
       for (; n >= 8; p += 8, n -= 8) {
@@ -324,8 +333,10 @@ struct Dispatcher::Impl {
       }
       return mix(h, tail ^ (uint64_t{s.size()} << 56));
     }
-    size_t operator()(const OperatorName& n) const noexcept {
-      return static_cast<size_t>(bytes(bytes(0x9e3779b97f4a7c15ULL, n.name), n.overload_name));
+    // Most names have no overload name: that costs no second pass.
+    __attribute__((always_inline)) size_t operator()(const OperatorName& n) const noexcept {
+      const uint64_t h = bytes(0x9e3779b97f4a7c15ULL, n.name);
+      return static_cast<size_t>(n.overload_name.empty() ? h : bytes(h, n.overload_name));
     }
   };
   // Keyed by the name itself, so a lookup builds no string.
@@ -333,9 +344,21 @@ struct Dispatcher::Impl {
   // Per key, oldest first; the newest serves (a layer's fallback registered with
   // allow_override shadows the builtin fallthrough until it goes).
   std::array<std::vector<std::shared_ptr<KernelRecord>>, kNumRuntimeKeySlots> fallbacks;
-  std::set<std::pair<std::string, DispatchKey>> disabled;  // (op, key) pairs switched off
+  // (op, key) pairs switched off. Looked up by (string_view, key): a table
+  // recomputation asks once per key and kernel kind, and a copied name of more than
+  // 15 characters is an allocation each time.
+  struct DisabledLess {
+    using is_transparent = void;
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      const int c = std::string_view(a.first).compare(std::string_view(b.first));
+      return c != 0 ? c < 0 : a.second < b.second;
+    }
+  };
+  std::set<std::pair<std::string, DispatchKey>, DisabledLess> disabled;
   std::map<std::string, std::string> def_libraries;              // ns -> where
   std::vector<std::shared_ptr<KernelRecord>> retired;
+  InferredSchemas inferred_schemas;  // see inferredSchemaOf
   std::vector<std::unique_ptr<const RuleSet>> retired_rules;  // Note [Operator rules]
   // What waits for a grace period to end (Note [Grace periods]); one at a time,
   // under reclaim_mu (taken before mu, never inside it).
@@ -394,14 +417,39 @@ struct Dispatcher::Impl {
     names.store(bigger.get(), std::memory_order_release);
     name_tables.push_back(std::move(bigger));
   }
+  // String equality without a call to memcmp for names up to 16 bytes (most are):
+  // overlapping loads of the first and last bytes, as NameHash reads its tail.
+  static bool sameBytes(std::string_view a, std::string_view b) {
+    const size_t n = a.size();
+    if (n != b.size()) return false;
+    const char* p = a.data();
+    const char* q = b.data();
+    if (n >= 8 && n <= 16) {
+      uint64_t p0, p1, q0, q1;
+      std::memcpy(&p0, p, 8);
+      std::memcpy(&p1, p + n - 8, 8);
+      std::memcpy(&q0, q, 8);
+      std::memcpy(&q1, q + n - 8, 8);
+      return ((p0 ^ q0) | (p1 ^ q1)) == 0;
+    }
+    if (n >= 4 && n < 8) {
+      uint32_t p0, p1, q0, q1;
+      std::memcpy(&p0, p, 4);
+      std::memcpy(&p1, p + n - 4, 4);
+      std::memcpy(&q0, q, 4);
+      std::memcpy(&q1, q + n - 4, 4);
+      return ((p0 ^ q0) | (p1 ^ q1)) == 0;
+    }
+    return n == 0 || std::memcmp(p, q, n) == 0;
+  }
   // No lock: Note [Lock-free operator lookup].
-  OperatorEntry* findLockFree(const OperatorName& name) const {
+  __attribute__((always_inline)) OperatorEntry* findLockFree(const OperatorName& name) const {
     const NameTable* t = names.load(std::memory_order_acquire);
     if (t == nullptr) return nullptr;
     for (size_t i = NameHash()(name) & t->mask;; i = (i + 1) & t->mask) {
       OperatorEntry* e = t->slots[i].load(std::memory_order_acquire);
       if (e == nullptr) return nullptr;
-      if (e->name.name == name.name && e->name.overload_name == name.overload_name) return e;
+      if (sameBytes(e->name.name, name.name) && sameBytes(e->name.overload_name, name.overload_name)) return e;
     }
   }
 
@@ -419,22 +467,35 @@ struct Dispatcher::Impl {
     return it == ops.end() ? nullptr : it->second.get();
   }
 
-  bool isDisabled(const std::string& op, DispatchKey k) const { return disabled.count({op, k}) != 0; }
+  bool isDisabled(std::string_view op, DispatchKey k) const {
+    return !disabled.empty() && disabled.find(std::pair<std::string_view, DispatchKey>{op, k}) != disabled.end();
+  }
 
   // Introspection records, all of them (owner == nullptr) or one owner's.
   void appendRegistrations(const OperatorEntry& e, const std::string* owner, std::vector<RegistrationInfo>& out);
   void appendRules(const OperatorEntry& e, const std::string* owner, std::vector<RuleInfo>& out);
   void appendFallbacks(const std::string* owner, std::vector<RegistrationInfo>& out);
 
-  std::shared_ptr<KernelRecord> top(const OperatorEntry& e, DispatchKey k) const {
+  // The serving kernel of e at k (null when none or disabled). A pointer into
+  // e.kernels, so that recomputing a table takes no reference count per lookup.
+  const std::shared_ptr<KernelRecord>* top(const OperatorEntry& e, DispatchKey k) const {
     if (isDisabled(e.qualified, k)) return nullptr;
     auto it = e.kernels.find(k);
     if (it == e.kernels.end() || it->second.empty()) return nullptr;
-    return it->second.front();
+    return &it->second.front();
   }
 
-  SlotState computeSlot(const OperatorEntry& e, DispatchKey k) const {
+  struct SlotPick {
+    const char* source = "missing";
+    const std::shared_ptr<KernelRecord>* record = nullptr;
+  };
+  SlotPick computeSlot(const OperatorEntry& e, DispatchKey k) const {
     using DK = DispatchKey;
+    if (e.kernels.empty()) {  // a def with no kernels yet, or every kernel gone
+      if (k == DK::Undefined) return {};
+      if (const auto& fbs = fallbacks[static_cast<size_t>(k)]; !fbs.empty()) return {"backend fallback", &fbs.back()};
+      return {};
+    }
     if (k == DK::Undefined) {
       if (auto r = top(e, DK::CompositeExplicitAutograd)) return {"default kernel", r};
       if (auto r = top(e, DK::CompositeImplicitAutograd)) return {"composite implicit kernel", r};
@@ -455,7 +516,7 @@ struct Dispatcher::Impl {
     if (is_autograd) {
       if (auto r = top(e, DK::Autograd)) return {"autograd kernel", r};
     }
-    if (const auto& fbs = fallbacks[static_cast<size_t>(k)]; !fbs.empty()) return {"backend fallback", fbs.back()};
+    if (const auto& fbs = fallbacks[static_cast<size_t>(k)]; !fbs.empty()) return {"backend fallback", &fbs.back()};
     return {};
   }
 
@@ -477,21 +538,37 @@ struct Dispatcher::Impl {
   void publish(OperatorEntry& e) {
     uint64_t mask = 0;
     const bool alive = e.alive();
-    for (size_t i = 0; i < kNumRuntimeKeySlots; ++i) {
+    const SharedKernels& shared = sharedKernels();
+    // Slot 0 (no keys) and the runtime keys' slots; the others hold "missing" from
+    // the entry's creation on and never change.
+    static constexpr std::array<uint8_t, kNumRuntimeKeySlots + 1> kSlots = [] {
+      std::array<uint8_t, kNumRuntimeKeySlots + 1> out{};
+      size_t n = 0;
+      for (size_t i = 0; i < kNumRuntimeKeySlots; ++i) {
+        if (i == 0 || isRuntimeKey(static_cast<DispatchKey>(i))) out[n++] = static_cast<uint8_t>(i);
+      }
+      out[kNumRuntimeKeySlots] = static_cast<uint8_t>(n);
+      return out;
+    }();
+    for (size_t j = 0; j < kSlots[kNumRuntimeKeySlots]; ++j) {
+      const size_t i = kSlots[j];
       const auto k = static_cast<DispatchKey>(i);
-      SlotState st;
-      if (alive && (i == 0 || isRuntimeKey(k))) st = computeSlot(e, k);
-      const bool fallthrough = st.record && st.record->kernel.isFallthrough();
-      const KernelFunction* kf = &sharedKernels().missing;
+      SlotPick pick;
+      if (alive) pick = computeSlot(e, k);
+      KernelRecord* r = pick.record != nullptr ? pick.record->get() : nullptr;
+      const bool fallthrough = r != nullptr && r->kernel.isFallthrough();
+      const KernelFunction* kf = &shared.missing;
       if (fallthrough) {
-        st.source = "fallthrough";
-        kf = &sharedKernels().fallthrough;
-      } else if (st.record) {
-        kf = &st.record->kernel;
+        pick.source = "fallthrough";
+        kf = &shared.fallthrough;
+      } else if (r != nullptr) {
+        kf = &r->kernel;
       }
       // Only runtime keys have bits; calls never carry the others.
       if (i != 0 && isRuntimeKey(k) && !fallthrough) mask |= uint64_t{1} << i;
-      e.slot_state[i] = std::move(st);
+      SlotState& st = e.slot_state[i];
+      st.source = pick.source;
+      if (st.record.get() != r) st.record = r != nullptr ? *pick.record : nullptr;
       e.core.table[i].store(kf, std::memory_order_release);
     }
     e.core.non_fallthrough.store(mask, std::memory_order_release);
@@ -575,9 +652,27 @@ std::string schemaDifference(const FunctionSchema& declared, const FunctionSchem
   return "";
 }
 
-void checkKernelAgainstSchema(const OperatorEntry& e, const FunctionSchema& schema, const KernelRecord& r) {
-  const auto inferred = r.kernel.inferredSchema();
-  if (!inferred) return;
+// The schemas inferred from unboxed kernels' C++ signatures, by mangled signature:
+// building one allocates its types and arguments, and every registration of a kernel
+// (a bundle reloaded, a library registered again) would build it anew. The types are
+// Strata's (Type::get, list, optional), so an entry outlives the library whose
+// kernel made it. Guarded by the dispatcher's mutex; bounded by the signatures
+// compiled into the process.
+
+const FunctionSchema* inferredSchemaOf(const KernelFunction& k, InferredSchemas& cache) {
+  const auto& sig = k.cppSignature();
+  if (!sig) return nullptr;
+  const std::string_view key = sig->mangledName();
+  if (auto it = cache.find(key); it != cache.end()) return &it->second;
+  auto inferred = k.inferredSchema();
+  if (!inferred) return nullptr;
+  return &cache.emplace(std::string(key), std::move(*inferred)).first->second;
+}
+
+void checkKernelAgainstSchema(const OperatorEntry& e, const FunctionSchema& schema, const KernelRecord& r,
+                              InferredSchemas& cache) {
+  const FunctionSchema* inferred = inferredSchemaOf(r.kernel, cache);
+  if (inferred == nullptr) return;
   const std::string diff = schemaDifference(schema, *inferred);
   STRATA_CHECK(diff.empty(), Schema, e.qualified, ": the kernel for ", toString(r.key), " (", r.debug,
                ") does not match the operator's schema: ", diff, ".\n  schema:           ", schema.str(),
@@ -613,6 +708,12 @@ Dispatcher& Dispatcher::singleton() {
   // Leaked on purpose: static Library objects in other libraries deregister from
   // their destructors, which may run after ours would.
   static Dispatcher* d = new Dispatcher();
+  // Once the builtins are in, one acquire load: libstdc++'s call_once sets two
+  // thread_local pointers (a __tls_get_addr call each) before it even looks at its
+  // flag, and `initializing` is another; together ~100 instructions per call, the
+  // larger part of a findSchema().
+  static std::atomic<bool> ready{false};
+  if (__builtin_expect(ready.load(std::memory_order_acquire), 1)) return *d;
   static thread_local bool initializing = false;
   static std::once_flag once;
   if (!initializing) {
@@ -624,6 +725,7 @@ Dispatcher& Dispatcher::singleton() {
       } reset;
       detail::registerBuiltins(d->impl_->builtins);
     });
+    ready.store(true, std::memory_order_release);
   }
   return *d;
 }
@@ -692,7 +794,7 @@ RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOp
                 options.debug, ". Original registration: ", e.def->debug);
   }
   for (const auto& [k, list] : e.kernels) {
-    for (const auto& r : list) checkKernelAgainstSchema(e, schema, *r);
+    for (const auto& r : list) checkKernelAgainstSchema(e, schema, *r, impl_->inferred_schemas);
   }
   const uint64_t id = impl_->next_id++;
   e.def = DefRecord{id, options.owner, options.debug};
@@ -746,7 +848,9 @@ RegistrationHandleRAII Dispatcher::registerImpl(const OperatorName& op, Dispatch
   OperatorEntry& e = impl_->entry(op);
   record->op = e.qualified;
   if (record->kernel.cppSignature()) {
-    if (const OperatorInfo* info = e.info.load(std::memory_order_relaxed)) checkKernelAgainstSchema(e, info->schema, *record);
+    if (const OperatorInfo* info = e.info.load(std::memory_order_relaxed)) {
+      checkKernelAgainstSchema(e, info->schema, *record, impl_->inferred_schemas);
+    }
     if (auto sig = impl_->currentSignature(e); sig && !(sig->first == *record->kernel.cppSignature())) {
       STRATA_FAIL(Schema, e.qualified, ": mismatch in kernel C++ signatures. The kernel for ", toString(key), " (",
                   options.debug, ") has\n  ", record->kernel.cppSignature()->name(), "\nbut the operator's C++ "
@@ -1107,7 +1211,7 @@ KernelHandle Dispatcher::getKernel(const OperatorName& op, DispatchKey key) {
   h.op_handle_ = e->handle();
   std::shared_ptr<KernelRecord> r;
   if (isAliasKey(key)) {
-    r = impl_->top(*e, key);
+    if (const auto* t = impl_->top(*e, key)) r = *t;
     h.source_ = "kernel";
   } else {
     STRATA_CHECK(isRuntimeKey(key), Value, "get_kernel: ", toString(key), " is not a dispatch key");
@@ -1131,7 +1235,19 @@ RegistrationBatch::RegistrationBatch() : d_(&Dispatcher::singleton()) {
   ++impl.batch_depth;
 }
 
+RegistrationBatch::RegistrationBatch(std::try_to_lock_t) noexcept : d_(&Dispatcher::singleton()) {
+  auto& impl = *d_->impl_;
+  std::lock_guard<std::mutex> lock(impl.mu);
+  if (impl.batch_depth != 0 && impl.batch_thread != std::this_thread::get_id()) {
+    d_ = nullptr;
+    return;
+  }
+  impl.batch_thread = std::this_thread::get_id();
+  ++impl.batch_depth;
+}
+
 RegistrationBatch::~RegistrationBatch() {
+  if (d_ == nullptr) return;
   auto& impl = *d_->impl_;
   {
     std::lock_guard<std::mutex> lock(impl.mu);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <mutex>
+#include <optional>
 
 namespace strata {
 
@@ -75,6 +76,11 @@ Library& Library::operator=(Library&& o) noexcept {
 Library::~Library() { reset(); }
 
 void Library::reset() {
+  // Removed as one batch (Note [Registration batches]): calls see the library go all
+  // at once, each op's table is published once, and one grace period covers every
+  // kernel retired, where one removal at a time paid a membarrier() each.
+  std::optional<RegistrationBatch> batch;
+  if (registrations_.size() > 1) batch.emplace(std::try_to_lock);
   while (!registrations_.empty()) {
     RegistrationHandleRAII h = std::move(registrations_.back());
     registrations_.pop_back();
@@ -82,10 +88,12 @@ void Library::reset() {
 }
 
 std::string Library::where(std::source_location loc) const {
+  // Once per registration: appends, not an ostringstream (a locale and a
+  // dynamic_cast each time).
   if (loc.file_name() != nullptr && loc.file_name()[0] != '\0') {
-    return detail::concat("registered at ", loc.file_name(), ":", loc.line());
+    return std::string("registered at ").append(loc.file_name()).append(":").append(std::to_string(loc.line()));
   }
-  if (!file_.empty()) return detail::concat("registered at ", file_, ":", line_);
+  if (!file_.empty()) return std::string("registered at ").append(file_).append(":").append(std::to_string(line_));
   return "registered at (unknown)";
 }
 
