@@ -96,7 +96,8 @@ void modeFallback(const OperatorHandle& op, DispatchKeySet ks, Stack& stack) {
   ExcludeDispatchKeyGuard below_the_layers_above(keysAbove(DispatchKey::Mode));
 
   const TensorTypes types = TensorTypes::of(stack);
-  const auto* rule = static_cast<const TorchDispatchRule*>(op.findRule(kTorchDispatch, typeid(*mode)));
+  const auto* rule = op.hasRules() ? static_cast<const TorchDispatchRule*>(op.findRule(kTorchDispatch, typeid(*mode)))
+                                    : nullptr;
   // The handler takes the arguments (stack is left empty) and its results become the stack.
   stack = rule != nullptr ? (*rule)(*mode, op, types, std::move(stack)) : mode->dispatch(op, types, std::move(stack));
   checkResults(op, *mode, rule != nullptr, stack);

@@ -392,6 +392,7 @@ TEST(RegisterTorchDispatch, RulesAreOwnedDumpedAndGoWithTheirLibrary) {
   CountingOp foo("mode_owned");
   const Tensor x = ops::ones({1});
   int rule_calls = 0;
+  EXPECT_FALSE(foo.op->hasRules());  // the fallback skips the lookup for such ops
   {
     RegistrationOwnerGuard owner("flops@1.0.0");
     Library bundle(Library::IMPL, "mode_owned");
@@ -405,6 +406,7 @@ TEST(RegisterTorchDispatch, RulesAreOwnedDumpedAndGoWithTheirLibrary) {
     const auto rules = Dispatcher::singleton().rules(foo.op->operator_name());
     ASSERT_EQ(rules.size(), 1u);
     EXPECT_EQ(rules[0].kind, "torch_dispatch");
+    EXPECT_TRUE(foo.op->hasRules());
     EXPECT_EQ(rules[0].owner, "flops@1.0.0");
     EXPECT_THAT(rules[0].target, HasSubstr("MyMode"));
     EXPECT_THAT(rules[0].debug, HasSubstr("modes_test.cc:"));
@@ -414,6 +416,7 @@ TEST(RegisterTorchDispatch, RulesAreOwnedDumpedAndGoWithTheirLibrary) {
     EXPECT_EQ(rule_calls, 1);
   }
   EXPECT_TRUE(Dispatcher::singleton().rules(foo.op->operator_name()).empty());
+  EXPECT_FALSE(foo.op->hasRules());
   EXPECT_THAT(dump("mode_owned::foo"), ::testing::Not(HasSubstr("torch_dispatch")));
   ModeGuard g(std::make_shared<MyMode>());
   foo.call(x);

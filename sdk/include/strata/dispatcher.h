@@ -93,6 +93,10 @@ struct OperatorCore {
     return *table[index].load(std::memory_order_acquire);
   }
   DispatchKeySet mask() const { return DispatchKeySet::fromRaw(non_fallthrough.load(std::memory_order_relaxed)); }
+  // Whether the operator has any rule (Note [Operator rules]): lets a layer that
+  // looks one up on every call skip the lookup for the many ops that have none. Last,
+  // so the fields above keep their offsets for bundles built before it.
+  std::atomic<bool> has_rules{false};
 };
 
 // Non-zero while a dispatch trace or an explain() is observing calls (any thread).
@@ -209,6 +213,9 @@ class STRATA_API OperatorHandle {
   // (Note [Grace periods]), also when the rule is removed meanwhile. See Note
   // [Operator rules].
   const void* findRule(std::string_view kind, const std::type_info& target) const;
+  // False when the operator has no rule of any kind, so findRule would return null.
+  // Inline and lock-free: for layers that look up a rule on every call.
+  bool hasRules() const { return core_->has_rules.load(std::memory_order_acquire); }
 
   // What the table slot of runtime key k holds now: its source ("kernel", "default
   // kernel", "composite implicit kernel", "autograd kernel", "backend fallback",

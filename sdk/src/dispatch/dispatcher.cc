@@ -595,6 +595,7 @@ struct Dispatcher::Impl {
     std::unique_ptr<const RuleSet> next;
     if (!rules.empty()) next = std::make_unique<const RuleSet>(RuleSet{std::move(rules)});
     e.rules.store(next.get(), std::memory_order_release);
+    e.core.has_rules.store(next != nullptr, std::memory_order_release);
     if (e.rules_owned) retired_rules.push_back(std::move(e.rules_owned));
     e.rules_owned = std::move(next);
   }
