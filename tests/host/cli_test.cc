@@ -517,7 +517,7 @@ TEST(HostsView, EachHostReportsWhatItRunsAndOnlyItWritesIt) {
   r = run("hosts --json --db " + db);
   EXPECT_THAT(r.out, HasSubstr("\"id\": \"" + ida + "\""));
   EXPECT_THAT(r.out, HasSubstr("\"state\": \"live\""));
-  EXPECT_THAT(r.out, HasSubstr("\"version\": \"0.1.0 (SDK ABI 3.2"));
+  EXPECT_THAT(r.out, HasSubstr("\"version\": \"0.1.0 (SDK ABI 3.3"));
 
   r = run("plugins list --host " + ida + " --db " + db);
   EXPECT_EQ(r.status, 0) << r.out;
@@ -627,7 +627,7 @@ TEST(ServeEndToEnd, RefusesAMissingDirectoryAndLogsEachChangeOnceWithATime) {
 TEST(CliTest, VersionNamesTheSdkAbiAndTheStoreSchema) {
   const Result r = run("--version");
   EXPECT_EQ(r.status, 0);
-  EXPECT_EQ(r.out, "strata 0.1.0 (SDK ABI 3.2, store schema 5)\n");
+  EXPECT_EQ(r.out, "strata 0.1.0 (SDK ABI 3.3, store schema 5)\n");
 }
 
 // A failing call still explains itself, up to the step that failed.
@@ -1417,7 +1417,7 @@ TEST(ExternalBundle, BuildsAndLoadsTheReadmeExample) {
   std::ofstream(dir + "/bundle.json") << "{\"name\": \"hello\", \"version\": \"1.2.0\",";
   EXPECT_NE(rebuild(), 0);
   EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: not valid JSON"));
-  std::ofstream(dir + "/bundle.json") << "{\"name\": \"hello\", \"version\": \"1.2\", \"abi\": {\"major\": 3, \"minor\": 2}}";
+  std::ofstream(dir + "/bundle.json") << "{\"name\": \"hello\", \"version\": \"1.2\", \"abi\": {\"major\": 3, \"minor\": 3}}";
   EXPECT_NE(rebuild(), 0);
   EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"version\" '1.2' is not a semantic version"));
   EXPECT_THAT(log(), HasSubstr("strata_add_bundle(hello): "));
