@@ -1,5 +1,6 @@
 // The mode stack, the Mode-key fallback and register_torch_dispatch. See Note [The
 // mode stack] in dispatch_mode.h.
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -58,18 +59,28 @@ void syncModeKey(const ModeStack& modes) {
 
 std::string where(const std::source_location& loc) { return detail::registeredAt(loc); }
 
+// Out of line and cold: the hot check below stays a few compares.
+[[noreturn]] __attribute__((noinline, cold)) void badResults(const OperatorHandle& op, const DispatchMode& mode,
+                                                             bool by_rule, const Stack& out, size_t bad_index) {
+  const FunctionSchema& schema = op.schema();
+  const std::string who = (by_rule ? "the torch_dispatch rule of " : "the dispatch() of mode ") + mode.name();
+  if (bad_index == SIZE_MAX) {
+    STRATA_FAIL(Value, op.name(), ": ", who, " returned ", out.size(), " value(s), but the schema (", schema.str(),
+                ") has ", schema.returns().size());
+  }
+  STRATA_FAIL(Value, op.name(), ": ", who, " returned ", out[bad_index].typeName(), " for result ", bad_index,
+              ", which the schema declares Tensor");
+}
+
 void checkResults(const OperatorHandle& op, const DispatchMode& mode, bool by_rule, const Stack& out) {
   const FunctionSchema& schema = op.schema();
   const auto& returns = schema.returns();
-  auto who = [&] { return (by_rule ? "the torch_dispatch rule of " : "the dispatch() of mode ") + mode.name(); };
-  if (!schema.is_varret() && out.size() != returns.size()) {
-    STRATA_FAIL(Value, op.name(), ": ", who(), " returned ", out.size(), " value(s), but the schema (", schema.str(),
-                ") has ", returns.size());
+  if (__builtin_expect(!schema.is_varret() && out.size() != returns.size(), 0)) {
+    badResults(op, mode, by_rule, out, SIZE_MAX);
   }
   for (size_t i = 0; i < returns.size() && i < out.size(); ++i) {
-    if (returns[i].type->kind() == TypeKind::Tensor && !out[i].isTensor()) {
-      STRATA_FAIL(Value, op.name(), ": ", who(), " returned ", out[i].typeName(), " for result ", i,
-                  ", which the schema declares Tensor");
+    if (__builtin_expect(returns[i].type->kind() == TypeKind::Tensor && !out[i].isTensor(), 0)) {
+      badResults(op, mode, by_rule, out, i);
     }
   }
 }
@@ -177,7 +188,11 @@ struct Runtime {
     RegistrationOwnerGuard owner("builtin");
     const auto here = std::source_location::current();
     fallback = Dispatcher::singleton().registerFallback(
-        DispatchKey::Mode, KernelFunction::makeFromBoxedFunctor(&modeFallback),
+        // A lambda, not &modeFallback: the kernel's thunk then calls the fallback
+        // directly (a function pointer would be a second indirect call per layer).
+        DispatchKey::Mode,
+        KernelFunction::makeFromBoxedFunctor(
+            [](const OperatorHandle& op, DispatchKeySet ks, Stack& stack) { modeFallback(op, ks, stack); }),
         {RegistrationOwnerGuard::current(), where(here), false});
     builtin_types.push_back(addModeType(
         "trace", "records every op (name, shapes, dtypes, outputs) as a graph; prints, exports JSON, replays",
