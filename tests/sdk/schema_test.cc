@@ -294,7 +294,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadSchema{"aten::f(Tensor[] x=[1]) -> ()", 20, "list defaults are only supported"},
         BadSchema{"aten::f(int[2] x=[None, 1]) -> ()", 19, "None cannot be an element of a list default"},
         // One value repeated N times: the fuzzer's complex[811111111] z=1j asked for 13 GB.
-        BadSchema{"aten::f(complex[811111111] z=1j) -> ()", 30, "a list size above 65536 with a single default"}),
+        BadSchema{"aten::f(complex[811111111] z=1j) -> ()", 30, "a list size above 65536 with a single default"},
+        BadSchema{"aten::f(int[40000] a=1, int[30000] b=2) -> ()", 38,
+                  "would hold more than 65536 values in all"}),
     caseName);
 
 // A lower-case unknown name is a type variable where they are allowed (as in
