@@ -550,10 +550,6 @@ class STRATA_API Dispatcher {
 class STRATA_API RegistrationBatch {
  public:
   RegistrationBatch();
-  // Opens a batch unless another thread holds one; then this one does nothing
-  // (active() is false). Never throws: for removals made from destructors.
-  explicit RegistrationBatch(std::try_to_lock_t) noexcept;
-  bool active() const { return d_ != nullptr; }
   RegistrationBatch(const RegistrationBatch&) = delete;
   RegistrationBatch& operator=(const RegistrationBatch&) = delete;
   ~RegistrationBatch();

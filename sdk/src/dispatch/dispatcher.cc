@@ -888,7 +888,7 @@ RegistrationHandleRAII Dispatcher::registerImpl(const OperatorName& op, Dispatch
       }
     }
     lock.unlock();
-    reclaimRetiredKernels();
+    if (!detail::DeferReclaim::active()) reclaimRetiredKernels();  // Note [Deferred reclamation]
   });
 }
 
@@ -928,7 +928,7 @@ RegistrationHandleRAII Dispatcher::registerFallback(DispatchKey key, KernelFunct
       impl_->recomputeAll();
       impl_->retire(std::move(gone));
     }
-    reclaimRetiredKernels();
+    if (!detail::DeferReclaim::active()) reclaimRetiredKernels();
   });
 }
 
@@ -977,7 +977,7 @@ RegistrationHandleRAII Dispatcher::registerRule(const OperatorName& op, std::str
       if (rest.size() == now->rules.size()) return;
       impl_->publishRules(*e, std::move(rest));
     }
-    reclaimRetiredKernels();
+    if (!detail::DeferReclaim::active()) reclaimRetiredKernels();
   });
 }
 
@@ -1227,6 +1227,17 @@ KernelHandle Dispatcher::getKernel(const OperatorName& op, DispatchKey key) {
   return h;
 }
 
+namespace detail {
+namespace {
+thread_local int tls_defer_reclaim = 0;  // open DeferReclaims on this thread
+}  // namespace
+DeferReclaim::DeferReclaim() noexcept { ++tls_defer_reclaim; }
+DeferReclaim::~DeferReclaim() {
+  if (--tls_defer_reclaim == 0) Dispatcher::singleton().reclaimRetiredKernels();
+}
+bool DeferReclaim::active() noexcept { return tls_defer_reclaim != 0; }
+}  // namespace detail
+
 RegistrationBatch::RegistrationBatch() : d_(&Dispatcher::singleton()) {
   auto& impl = *d_->impl_;
   std::unique_lock<std::mutex> lock(impl.mu);
@@ -1236,19 +1247,7 @@ RegistrationBatch::RegistrationBatch() : d_(&Dispatcher::singleton()) {
   ++impl.batch_depth;
 }
 
-RegistrationBatch::RegistrationBatch(std::try_to_lock_t) noexcept : d_(&Dispatcher::singleton()) {
-  auto& impl = *d_->impl_;
-  std::lock_guard<std::mutex> lock(impl.mu);
-  if (impl.batch_depth != 0 && impl.batch_thread != std::this_thread::get_id()) {
-    d_ = nullptr;
-    return;
-  }
-  impl.batch_thread = std::this_thread::get_id();
-  ++impl.batch_depth;
-}
-
 RegistrationBatch::~RegistrationBatch() {
-  if (d_ == nullptr) return;
   auto& impl = *d_->impl_;
   {
     std::lock_guard<std::mutex> lock(impl.mu);

@@ -30,6 +30,23 @@ bool heavyBarrier();
 
 // fork(): the dispatcher's handlers call these inside its own, so that one order of
 // locks holds (Note [Grace periods]).
+// Note [Deferred reclamation]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A removal tries to end a grace period at once (Note [Grace periods]): a
+// membarrier() per removal. A Library that dies removes all its registrations in a
+// row, so while a DeferReclaim lives on a thread, that thread's removals only
+// retire what they remove, and one reclaim runs when the outermost DeferReclaim
+// ends. Per thread and nothing else: it changes no table, opens no registration
+// batch (which is one per process), and other threads' removals reclaim as usual.
+class DeferReclaim {
+ public:
+  DeferReclaim() noexcept;
+  ~DeferReclaim();
+  DeferReclaim(const DeferReclaim&) = delete;
+  DeferReclaim& operator=(const DeferReclaim&) = delete;
+  static bool active() noexcept;
+};
+
 void registryForkPrepare();
 void registryForkParent();
 void registryForkChild();

@@ -1,5 +1,7 @@
 #include "strata/library.h"
 
+#include "dispatch/grace_period.h"
+
 #include <cstdio>
 #include <mutex>
 #include <optional>
@@ -76,11 +78,9 @@ Library& Library::operator=(Library&& o) noexcept {
 Library::~Library() { reset(); }
 
 void Library::reset() {
-  // Removed as one batch (Note [Registration batches]): calls see the library go all
-  // at once, each op's table is published once, and one grace period covers every
-  // kernel retired, where one removal at a time paid a membarrier() each.
-  std::optional<RegistrationBatch> batch;
-  if (registrations_.size() > 1) batch.emplace(std::try_to_lock);
+  // One grace period for all of them, not a membarrier() per removal (Note
+  // [Deferred reclamation]).
+  const detail::DeferReclaim defer;
   while (!registrations_.empty()) {
     RegistrationHandleRAII h = std::move(registrations_.back());
     registrations_.pop_back();
