@@ -575,7 +575,7 @@ TEST(Libraries, RegistrationsRecordOwnerAndDebugAndDieWithTheLibrary) {
 
 // A library's registrations go as one batch (Note [Registration batches]); when
 // another thread holds a batch, they still go, one at a time, and nothing throws.
-TEST(Libraries, ALibraryOfManyKernelsGoesWholeAndStillGoesWhileAnotherThreadBatches) {
+TEST(Libraries, ALibraryOfManyKernelsGoesAndStillGoesWhileAnotherThreadBatches) {
   Library def(Library::DEF, "manyk");
   constexpr int kOps = 40;
   for (int i = 0; i < kOps; ++i) def.def("f" + std::to_string(i) + "(Tensor x) -> Tensor");

@@ -424,22 +424,17 @@ struct Dispatcher::Impl {
     if (n != b.size()) return false;
     const char* p = a.data();
     const char* q = b.data();
-    if (n >= 8 && n <= 16) {
-      uint64_t p0, p1, q0, q1;
-      std::memcpy(&p0, p, 8);
-      std::memcpy(&p1, p + n - 8, 8);
-      std::memcpy(&q0, q, 8);
-      std::memcpy(&q1, q + n - 8, 8);
+    // The first and last sizeof(W) bytes of each (overlapping when n < 2 * sizeof(W)).
+    auto ends = [&]<typename W>(W) {
+      W p0, p1, q0, q1;
+      std::memcpy(&p0, p, sizeof(W));
+      std::memcpy(&p1, p + n - sizeof(W), sizeof(W));
+      std::memcpy(&q0, q, sizeof(W));
+      std::memcpy(&q1, q + n - sizeof(W), sizeof(W));
       return ((p0 ^ q0) | (p1 ^ q1)) == 0;
-    }
-    if (n >= 4 && n < 8) {
-      uint32_t p0, p1, q0, q1;
-      std::memcpy(&p0, p, 4);
-      std::memcpy(&p1, p + n - 4, 4);
-      std::memcpy(&q0, q, 4);
-      std::memcpy(&q1, q + n - 4, 4);
-      return ((p0 ^ q0) | (p1 ^ q1)) == 0;
-    }
+    };
+    if (n >= 8 && n <= 16) return ends(uint64_t{});
+    if (n >= 4 && n < 8) return ends(uint32_t{});
     return n == 0 || std::memcmp(p, q, n) == 0;
   }
   // No lock: Note [Lock-free operator lookup].
