@@ -1,7 +1,10 @@
 // Exact instruction counts for the dispatch paths, where timings on a shared VM
 // are noisy: `strata_dispatch_count MODES CALLS [boxed]` calls a muladd-shaped op
 // CALLS times (typed, or boxed with the stack built per call, as boxed/muladd does)
-// under MODES pass-through modes, as bench/mode_bench.cc's mode_stack/N. Run it
+// under MODES pass-through modes, as bench/mode_bench.cc's mode_stack/N.
+// `strata_dispatch_count vmap|plain CALLS` runs vmap/muladd_rule/8's work (an op with
+// a batching rule vmapped over [8, 4] rows) or the op called plainly on the same
+// data, as vmap/muladd_plain/8: the difference is the vmap layer's overhead. Run it
 // under callgrind twice and take the difference, so start-up cancels out:
 //
 //   for n in 20000 40000; do valgrind --tool=callgrind --callgrind-out-file=/dev/null \
@@ -16,21 +19,59 @@
 #include <vector>
 
 #include "strata/modes/dispatch_mode.h"
+#include "strata/modes/vmap.h"
 #include "strata/strata.h"
 
 using namespace strata;
 
 namespace {
 Tensor muladd_cpu(const Tensor& a, const Tensor&, double) { return a; }
+
+// As bench/vmap_bench.cc's op and rule.
+using VmSig = Tensor(const Tensor&, const Tensor&, double);
+Tensor muladd_vm_cpu(const Tensor& a, const Tensor& b, double c) {
+  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  Tensor out = empty(a.sizes(), ScalarType::Float);
+  const float* pa = ac.data_ptr<float>();
+  const float* pb = bc.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  const auto cf = static_cast<float>(c);
+  for (int64_t i = 0; i < out.numel(); ++i) po[i] = pa[i] * pb[i] + cf;
+  return out;
+}
+
+int runVmap(bool vmapped, long calls) {
+  Library lib(Library::DEF, "dispatch_count_vm");
+  lib.def("muladd(Tensor a, Tensor b, float c) -> Tensor");
+  lib.impl("muladd", &muladd_vm_cpu, DispatchKey::CPU);
+  const auto op = Dispatcher::singleton().findSchemaOrThrow("dispatch_count_vm::muladd").typed<VmSig>();
+  modes::register_vmap(
+      "dispatch_count_vm::muladd",
+      [op](const modes::VmapInfo& info, const modes::InDims& in_dims, Stack& args) -> modes::VmapResult {
+        const Tensor a = modes::move_bdim_to_front(args[0].toTensor(), in_dims[0], info.batch_size);
+        const Tensor b = modes::move_bdim_to_front(args[1].toTensor(), in_dims[1], info.batch_size);
+        return {{op.call(a, b, args[2].toDouble())}, {0}};
+      },
+      lib);
+  const Tensor x = ones({8, 4}), y = ones({8, 4});
+  const auto f = modes::vmap([&op](const Tensor& p, const Tensor& q) { return op.call(p, q, 2.0); });
+  long results = 0;
+  for (long i = 0; i < calls; ++i) results += (vmapped ? f(x, y) : op.call(x, y, 2.0)).sizes()[0] == 8 ? 1 : 0;
+  std::printf("%ld results\n", results);
+  return results == calls ? 0 : 1;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s MODES CALLS [boxed]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODES|vmap|plain CALLS [boxed]\n", argv[0]);
     return 2;
   }
-  const int n_modes = std::atoi(argv[1]);
   const long calls = std::atol(argv[2]);
+  if (std::string_view(argv[1]) == "vmap" || std::string_view(argv[1]) == "plain") {
+    return runVmap(std::string_view(argv[1]) == "vmap", calls);
+  }
+  const int n_modes = std::atoi(argv[1]);
   const bool boxed = argc > 3 && std::string_view(argv[3]) == "boxed";
   Library def(Library::DEF, "dispatch_count");
   def.def("muladd(Tensor a, Tensor b, float c) -> Tensor");
