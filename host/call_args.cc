@@ -438,9 +438,11 @@ IValue LiteralParser::parse(std::string_view text, const Type& type) {
       if (auto v = asInt(s)) return *v;
       return fail("an int");
     case TypeKind::Float:
+    case TypeKind::SymFloat:
       if (auto v = asDouble(s)) return *v;
       return fail("a float");
     case TypeKind::Bool:
+    case TypeKind::SymBool:
       if (auto v = asBool(s)) return *v;
       return fail("a bool (true or false)");
     case TypeKind::Str:
@@ -472,12 +474,12 @@ IValue LiteralParser::parse(std::string_view text, const Type& type) {
         for (auto p : parts) v.push_back(parse(p, e).toInt());
         return v;
       }
-      if (e.kind() == TypeKind::Float) {
+      if (e.valueKind() == TypeKind::Float) {
         std::vector<double> v;
         for (auto p : parts) v.push_back(parse(p, e).toDouble());
         return v;
       }
-      if (e.kind() == TypeKind::Bool) {
+      if (e.valueKind() == TypeKind::Bool) {
         std::vector<bool> v;
         for (auto p : parts) v.push_back(parse(p, e).toBool());
         return v;

@@ -405,6 +405,7 @@ TypePtr Parser::parseBaseType() {
       {"Scalar", TypeKind::Scalar}, {"str", TypeKind::Str},
       {"float", TypeKind::Float}, {"complex", TypeKind::Complex},
       {"int", TypeKind::Int}, {"SymInt", TypeKind::SymInt},
+      {"SymFloat", TypeKind::SymFloat}, {"SymBool", TypeKind::SymBool},
       {"bool", TypeKind::Bool}, {"None", TypeKind::NoneType},
       {"NoneType", TypeKind::NoneType}, {"Capsule", TypeKind::Capsule},
       {"Any", TypeKind::Any}, {"AnyClassType", TypeKind::AnyClass},
@@ -596,7 +597,7 @@ std::optional<AliasInfo> Parser::parseAliasAnnotation() {
 
 // The kind a boxed value of this type has: SymInt, ScalarType, Layout and
 // MemoryFormat travel as ints.
-TypeKind fakeKind(const Type& t) { return t.isIntLike() ? TypeKind::Int : t.kind(); }
+TypeKind fakeKind(const Type& t) { return t.isIntLike() ? TypeKind::Int : t.valueKind(); }
 
 std::optional<int64_t> identifierDefault(std::string_view name, const Type& type) {
   // PyTorch's names (float/complex/long are dtype codes kept for compatibility),

@@ -7,7 +7,7 @@
 namespace strata {
 
 namespace {
-constexpr std::array<std::pair<TypeKind, const char*>, 22> kLeafNames{{
+constexpr std::array<std::pair<TypeKind, const char*>, 24> kLeafNames{{
     {TypeKind::Tensor, "Tensor"},     {TypeKind::Int, "int"},
     {TypeKind::SymInt, "SymInt"},     {TypeKind::Float, "float"},
     {TypeKind::Complex, "complex"},   {TypeKind::Bool, "bool"},
@@ -19,6 +19,7 @@ constexpr std::array<std::pair<TypeKind, const char*>, 22> kLeafNames{{
     {TypeKind::Quantizer, "Quantizer"}, {TypeKind::Capsule, "Capsule"},
     {TypeKind::Any, "Any"},           {TypeKind::AnyClass, "AnyClassType"},
     {TypeKind::AnyEnum, "AnyEnumType"}, {TypeKind::NoneType, "NoneType"},
+    {TypeKind::SymFloat, "SymFloat"}, {TypeKind::SymBool, "SymBool"},
 }};
 
 std::string join(const std::vector<TypePtr>& types) {
@@ -100,6 +101,12 @@ std::string Type::str() const {
 bool Type::isIntLike() const {
   return kind_ == TypeKind::Int || kind_ == TypeKind::SymInt || kind_ == TypeKind::ScalarType ||
          kind_ == TypeKind::Layout || kind_ == TypeKind::MemoryFormat;
+}
+
+TypeKind Type::valueKind() const {
+  if (kind_ == TypeKind::SymFloat) return TypeKind::Float;
+  if (kind_ == TypeKind::SymBool) return TypeKind::Bool;
+  return kind_;
 }
 
 bool Type::operator==(const Type& o) const {

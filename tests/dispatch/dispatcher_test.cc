@@ -490,6 +490,37 @@ TEST(ArgumentChecks, BoxedCallsCheckCountAndTypesAndFillDefaults) {
   EXPECT_EQ(tagOf(ok.at(0).toTensor()), 1 + 2 + 3 + 1);
 }
 
+// PyTorch 2's SymFloat and SymBool are floats and bools on the stack, as SymInt is an
+// int: a C++ kernel takes double and bool for them, and boxed values are checked so.
+TEST(ArgumentChecks, SymFloatAndSymBoolTakeFloatsAndBools) {
+  Library lib(Library::DEF, "symlib");
+  lib.def("scale(Tensor a, SymFloat s, SymBool add_one=False, SymFloat[] extra=[]) -> Tensor");
+  lib.impl("scale", [](const Tensor& a, double s, bool add_one, std::vector<double> extra) {
+    double sum = 0;
+    for (double e : extra) sum += e;
+    return full({1}, tagOf(a) * s + (add_one ? 1 : 0) + sum);
+  }, DispatchKey::CPU);
+  const auto h = op("symlib::scale");
+  Stack ok{tagged(2), int64_t{3}, true, std::vector<int64_t>{1, 2}};  // ints where SymFloats are expected
+  h.callBoxed(ok);
+  EXPECT_EQ(tagOf(ok.at(0).toTensor()), 2 * 3 + 1 + 3);
+  Stack defaults{tagged(2), 0.5};
+  h.callBoxed(defaults);
+  EXPECT_EQ(tagOf(defaults.at(0).toTensor()), 1);
+  Stack bad_bool{tagged(2), 1.0, int64_t{1}};
+  EXPECT_EQ(errorOf([&] { h.callBoxed(bad_bool); }),
+            "symlib::scale: argument 'add_one' (position 2) expects SymBool, got int");
+  Stack bad_float{tagged(2), "x"};
+  EXPECT_EQ(errorOf([&] { h.callBoxed(bad_float); }),
+            "symlib::scale: argument 's' (position 1) expects SymFloat, got str");
+  EXPECT_EQ(h.typed<Tensor(const Tensor&, double, bool, std::vector<double>)>().call(tagged(1), 2.0, false, {}).sizes()[0],
+            1);
+  // A kernel whose C++ types are not the schema's is refused, naming both.
+  EXPECT_THAT(errorOf([&] { lib.impl("scale", [](const Tensor& a, int64_t, bool, std::vector<double>) { return a; },
+                                     DispatchKey::Meta); }),
+              HasSubstr("SymFloat"));
+}
+
 // ---------------------------------------------------------------------------
 // Libraries.
 

@@ -63,7 +63,7 @@ IValue valueOf(const Type& type, Input& in, int depth);
 
 IValue aList(const Type& element, Input& in, int depth) {
   const size_t n = in.pick(5);
-  switch (element.kind()) {
+  switch (element.valueKind()) {
     case TypeKind::Int:
     case TypeKind::SymInt: {
       std::vector<int64_t> v(n);
@@ -105,7 +105,7 @@ IValue valueOf(const Type& type, Input& in, int depth) {
       default: return IValue(aTensor(in));
     }
   }
-  switch (type.kind()) {
+  switch (type.valueKind()) {
     case TypeKind::Tensor: return IValue(aTensor(in));
     case TypeKind::Int:
     case TypeKind::SymInt:

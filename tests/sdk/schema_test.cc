@@ -110,6 +110,54 @@ TEST(SchemaTest, EverySchemaPyTorchRegistersPrintsAsPyTorchPrintsIt) {
   EXPECT_EQ(normalized, 16);  // 8 int[1] defaults and 8 alias pairs; no others differ
 }
 
+// PyTorch 2's native functions: every one parses (SymBool included), and what Strata
+// prints parses back to the same schema and prints the same.
+TEST(SchemaTest, EveryNativeFunctionOfPyTorch2Parses) {
+  int sym_bool = 0;
+  const int checked = forEachSchemaLine(STRATA_TORCH2_NATIVE_SCHEMAS, [&](const std::string& line) {
+    const std::string printed = canonical(line);
+    EXPECT_EQ(printed.substr(0, printed.find('(')), line.substr(0, line.find('(')));
+    sym_bool += printed.find("SymBool") != std::string::npos;
+  });
+  EXPECT_EQ(checked, 2661);
+  EXPECT_EQ(sym_bool, 1);
+}
+
+std::string schemaError(const char* text) {
+  try {
+    parseSchema(text);
+  } catch (const SchemaError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// PyTorch 2's symbolic float and bool: printed as written, checked as float and bool
+// (their defaults too).
+TEST(SchemaTest, SymFloatAndSymBoolAreTypesOfTheirOwn) {
+  const FunctionSchema s = parseSchema(
+      "mylib::f(SymFloat x, SymBool b=True, SymFloat? y=None, SymFloat[] z=[1, 2.5], SymBool[2] m=False, "
+      "SymFloat w=2) -> (SymFloat, SymBool)");
+  EXPECT_EQ(s.str(), "mylib::f(SymFloat x, SymBool b=True, SymFloat? y=None, SymFloat[] z=[1., 2.5], "
+                     "SymBool[2] m=[False, False], SymFloat w=2.) -> (SymFloat, SymBool)");
+  const auto& a = s.arguments();
+  EXPECT_EQ(a[0].type->kind(), TypeKind::SymFloat);
+  EXPECT_EQ(a[0].type->valueKind(), TypeKind::Float);
+  EXPECT_EQ(a[1].type->kind(), TypeKind::SymBool);
+  EXPECT_EQ(a[1].type->valueKind(), TypeKind::Bool);
+  EXPECT_EQ(*a[1].default_value, IValue(true));
+  EXPECT_EQ(*a[5].default_value, IValue(2.0));
+  EXPECT_FALSE(a[0].type->isIntLike());
+  EXPECT_EQ(Type::get(TypeKind::Int)->valueKind(), TypeKind::Int);
+  // As PyTorch 2 registers it.
+  EXPECT_EQ(canonical("aten::sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) -> SymBool"),
+            "aten::sym_is_contiguous(Tensor self, MemoryFormat memory_format=0) -> SymBool");
+  EXPECT_THAT(schemaError("mylib::f(SymBool b=1) -> ()"),
+              HasSubstr("expected a default of type SymBool, got a number ('1')"));
+  EXPECT_THAT(schemaError("mylib::f(SymFloat x='a') -> ()"),
+              HasSubstr("expected a default of type SymFloat, got a string"));
+}
+
 TEST(SchemaTest, StructureOfAParsedSchema) {
   const FunctionSchema s = parseSchema(
       "aten::add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)");

@@ -41,6 +41,10 @@ enum class TypeKind : uint8_t {
   Class,  // a custom class, `__torch__.torch.classes.ns.Name`
   // Containers.
   List, Optional, Dict, Tuple, Union, Future, Await, RRef,
+  // Leaves added later, last so that the kinds above keep their values for bundles
+  // built before them: PyTorch 2's symbolic float and bool (a float and a bool on the
+  // stack, as SymInt is an int).
+  SymFloat, SymBool,
 };
 
 class Type;
@@ -72,6 +76,9 @@ class STRATA_API Type {
   // The type a boxed value is checked against: SymInt, ScalarType, Layout and
   // MemoryFormat are ints on the stack (PyTorch's "fake" type).
   bool isIntLike() const;
+  // SymFloat and SymBool are floats and bools on the stack: the kind their values
+  // have (Float, Bool), and kind() for every other type.
+  TypeKind valueKind() const;
 
   bool operator==(const Type& o) const;
 

@@ -165,12 +165,14 @@ bool checkValue(const Type& t, IValue& v, std::optional<int32_t> n) {
     case TypeKind::MemoryFormat: return v.isInt();
     case TypeKind::ScalarType: return v.isInt() ? isValidScalarTypeCode(v.toInt()) : v.isScalarType();
     case TypeKind::Float:
+    case TypeKind::SymFloat:
       if (v.isInt()) v = IValue(static_cast<double>(v.toInt()));
       return v.isDouble();
     case TypeKind::Complex:
       if (v.isInt() || v.isDouble()) v = IValue(std::complex<double>(v.isInt() ? static_cast<double>(v.toInt()) : v.toDouble(), 0));
       return v.isComplex();
-    case TypeKind::Bool: return v.isBool();
+    case TypeKind::Bool:
+    case TypeKind::SymBool: return v.isBool();
     case TypeKind::Str: return v.isString();
     case TypeKind::Scalar: return v.isScalar() || v.isComplex();
     case TypeKind::Device:
@@ -191,12 +193,12 @@ bool checkValue(const Type& t, IValue& v, std::optional<int32_t> n) {
         if (v.isGenericList() && v.toList().empty()) v = IValue(std::vector<int64_t>{});
         return v.isIntList();
       }
-      if (e.kind() == TypeKind::Float) {
+      if (e.valueKind() == TypeKind::Float) {
         if (v.isIntList()) v = IValue(std::vector<double>(v.toIntList().begin(), v.toIntList().end()));
         if (v.isGenericList() && v.toList().empty()) v = IValue(std::vector<double>{});
         return v.isDoubleList();
       }
-      if (e.kind() == TypeKind::Bool) {
+      if (e.valueKind() == TypeKind::Bool) {
         if (v.isGenericList() && v.toList().empty()) v = IValue(std::vector<bool>{});
         return v.isBoolList();
       }
@@ -255,8 +257,10 @@ OperatorInfo::OperatorInfo(FunctionSchema s, TagSet tags, AliasAnalysisKind alia
       case TypeKind::Tensor: fast = IValue::Tag::Tensor; break;
       case TypeKind::Int:
       case TypeKind::SymInt: fast = IValue::Tag::Int; break;
-      case TypeKind::Float: fast = IValue::Tag::Double; break;
-      case TypeKind::Bool: fast = IValue::Tag::Bool; break;
+      case TypeKind::Float:
+      case TypeKind::SymFloat: fast = IValue::Tag::Double; break;
+      case TypeKind::Bool:
+      case TypeKind::SymBool: fast = IValue::Tag::Bool; break;
       case TypeKind::Str: fast = IValue::Tag::String; break;
       default: break;
     }
@@ -613,7 +617,8 @@ namespace {
 bool typeFits(const Type& declared, const Type& inferred) {
   if (declared.kind() == TypeKind::Var || declared.kind() == TypeKind::Any) return true;
   if (isIntKind(declared) && inferred.kind() == TypeKind::Int) return true;
-  if (declared.kind() != inferred.kind()) return false;
+  // A SymFloat / SymBool argument takes a C++ double / bool, as SymInt takes int64_t.
+  if (declared.valueKind() != inferred.kind()) return false;
   if (declared.contained().size() != inferred.contained().size()) return false;
   for (size_t i = 0; i < declared.contained().size(); ++i) {
     if (!typeFits(*declared.contained()[i], *inferred.contained()[i])) return false;
