@@ -165,6 +165,36 @@ bool stringArray(const QJsonObject& md, const char* field, QStringList* out, QSt
   return true;
 }
 
+// What the bundle registered by any way (its libraries, a custom_op, a kernel or a
+// rule handed over with keep), held to bundle.json's lists: an operator defined in a
+// namespace of "defines", a kernel or rule in one of "defines" or "implements". ""
+// when all are listed.
+QString unlistedNamespace(const std::string& owner, const BundleMetadata& m) {
+  const Dispatcher::Owned owned = Dispatcher::singleton().ownedBy(owner);
+  auto nsOf = [](const std::string& op) { return q(op.substr(0, op.find("::"))); };
+  auto listed = [&m](const QString& n) { return m.defines.contains(n) || m.implements.contains(n); };
+  for (const RegistrationInfo& r : owned.registrations) {
+    if (r.what == RegistrationInfo::What::Fallback) continue;  // every namespace's: no list applies
+    const QString n = nsOf(r.op);
+    if (r.what == RegistrationInfo::What::Def && !m.defines.contains(n)) {
+      return "it defines operator " + q(r.op) + " in namespace '" + n +
+             "', which bundle.json does not list in \"defines\"";
+    }
+    if (r.what == RegistrationInfo::What::Impl && !listed(n)) {
+      return "it registers a kernel for " + q(r.op) + " (" + q(toString(r.key)) + ") in namespace '" + n +
+             "', which bundle.json lists neither in \"defines\" nor in \"implements\"";
+    }
+  }
+  for (const RuleInfo& r : owned.rules) {
+    const QString n = nsOf(r.op);
+    if (!listed(n)) {
+      return "it registers a " + q(r.kind) + " rule for " + q(r.op) + " in namespace '" + n +
+             "', which bundle.json lists neither in \"defines\" nor in \"implements\"";
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 std::optional<BundleMetadata> checkPluginMetaData(const QJsonObject& meta, QString* why) {
@@ -719,6 +749,7 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
                 "', which bundle.json lists neither in \"defines\" nor in \"implements\"";
         }
       }
+      if (why.isEmpty()) why = unlistedNamespace(registrar->owner(), m);
     } catch (const std::exception& e) {
       why = QString("registration failed: ") + e.what();
     } catch (...) {

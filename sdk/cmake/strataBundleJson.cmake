@@ -1,8 +1,12 @@
-# strata_check_bundle_json(<file> <error-var> <name-var> <version-var>)
+# strata_check_bundle_json(<file> <error-var> <name-var> <version-var> [<abi-major> <abi-minor>])
 #
 # Reads a bundle.json: sets <error-var> to "<file>: <reason>" when it is not valid
-# JSON or lacks a well-formed "name", "version" or "abi" {"major", "minor"} (empty
-# when it is fine), and <name-var>, <version-var> to the bundle's name and version.
+# JSON or lacks what every host requires of it (empty when it is fine): a
+# well-formed "name", "version", "abi" {"major", "minor"} and "description", and
+# "defines" and "implements" arrays of namespaces (C++ identifiers; possibly empty).
+# Given the SDK ABI the bundle is compiled against, "abi" must be exactly that: a
+# host refuses a bundle whose code and bundle.json name different ABIs. Sets
+# <name-var>, <version-var> to the bundle's name and version.
 function(strata_check_bundle_json file error_var name_var version_var)
   set(${error_var} "" PARENT_SCOPE)
   if(NOT EXISTS "${file}")
@@ -42,6 +46,43 @@ function(strata_check_bundle_json file error_var name_var version_var)
       set(${error_var} "${file}: \"abi\" must be an object with integers \"major\" and \"minor\" (e.g. {\"major\": 3, \"minor\": 0})"
           PARENT_SCOPE)
       return()
+    endif()
+  endforeach()
+  if(ARGC GREATER 5 AND NOT "${ARGV4}" STREQUAL "" AND NOT "${ARGV5}" STREQUAL "")
+    string(JSON major GET "${text}" abi major)
+    string(JSON minor GET "${text}" abi minor)
+    if(NOT major EQUAL ARGV4 OR NOT minor EQUAL ARGV5)
+      set(${error_var} "${file}: \"abi\" is ${major}.${minor}, but the bundle is compiled against SDK ABI ${ARGV4}.${ARGV5} (strata/plugin.h); write {\"major\": ${ARGV4}, \"minor\": ${ARGV5}}, or a host refuses it"
+          PARENT_SCOPE)
+      return()
+    endif()
+  endif()
+  string(JSON t ERROR_VARIABLE err TYPE "${text}" description)
+  if(err OR NOT t STREQUAL "STRING")
+    set(${error_var} "${file}: \"description\" must be a string (one line on what the bundle is)" PARENT_SCOPE)
+    return()
+  endif()
+  foreach(key defines implements)
+    string(JSON t ERROR_VARIABLE err TYPE "${text}" ${key})
+    if(err OR NOT t STREQUAL "ARRAY")
+      set(${error_var} "${file}: \"${key}\" must be an array of namespaces, possibly empty (e.g. [\"mylib\"])"
+          PARENT_SCOPE)
+      return()
+    endif()
+    string(JSON n LENGTH "${text}" ${key})
+    if(n GREATER 0)
+      math(EXPR last "${n} - 1")
+      foreach(i RANGE ${last})
+        string(JSON t TYPE "${text}" ${key} ${i})
+        if(t STREQUAL "STRING")
+          string(JSON ns GET "${text}" ${key} ${i})
+        endif()
+        if(NOT t STREQUAL "STRING" OR NOT ns MATCHES "^[A-Za-z_][A-Za-z0-9_]*$")
+          set(${error_var} "${file}: \"${key}\" holds an entry that is not a namespace (a C++ identifier)"
+              PARENT_SCOPE)
+          return()
+        endif()
+      endforeach()
     endif()
   endforeach()
   set(${name_var} "${name}" PARENT_SCOPE)

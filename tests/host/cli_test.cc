@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "readme_example.h"
+#include "strata/plugin.h"  // STRATA_SDK_ABI_MAJOR / MINOR
 
 namespace {
 
@@ -1421,5 +1422,23 @@ TEST(ExternalBundle, BuildsAndLoadsTheReadmeExample) {
   EXPECT_NE(rebuild(), 0);
   EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"version\" '1.2' is not a semantic version"));
   EXPECT_THAT(log(), HasSubstr("strata_add_bundle(hello): "));
+  // What every host requires of the file fails the build too: the namespaces, and an
+  // "abi" that is the one the code is compiled against (a host refuses the others).
+  const std::string head =
+      R"({"name": "hello", "version": "1.2.0", "abi": {"major": )" + std::to_string(STRATA_SDK_ABI_MAJOR) + R"(, "minor": )";
+  std::ofstream(dir + "/bundle.json") << head << STRATA_SDK_ABI_MINOR << R"(}, "description": "d"})";
+  EXPECT_NE(rebuild(), 0);
+  EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"defines\" must be an array of namespaces, possibly empty"));
+  std::ofstream(dir + "/bundle.json") << head << STRATA_SDK_ABI_MINOR
+                                      << R"(}, "description": "d", "defines": ["my-lib"], "implements": []})";
+  EXPECT_NE(rebuild(), 0);
+  EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"defines\" holds an entry that is not a namespace"));
+  std::ofstream(dir + "/bundle.json") << head << STRATA_SDK_ABI_MINOR + 7
+                                      << R"(}, "description": "d", "defines": ["hello"], "implements": []})";
+  EXPECT_NE(rebuild(), 0);
+  const std::string major = std::to_string(STRATA_SDK_ABI_MAJOR) + ".";
+  EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"abi\" is " + major + std::to_string(STRATA_SDK_ABI_MINOR + 7) +
+                               ", but the bundle is compiled against SDK ABI " + major +
+                               std::to_string(STRATA_SDK_ABI_MINOR)));
   std::system(("rm -rf " + dir).c_str());
 }

@@ -169,7 +169,8 @@ TEST(PluginHost, RejectsEveryBadBundleWithItsReasonAndLeavesNothingRegistered) {
   env.add(plugin("muladd_1_1_0"));
   PluginHost host(env.dir, env.store.get());
   host.sync();  // the good ones first: the bad ones arrive later
-  for (const char* b : {"abi_major", "abi_minor", "wrong_iid", "throws", "dup_define", "override", "orphan", "no_version"}) {
+  for (const char* b : {"abi_major", "abi_minor", "wrong_iid", "throws", "dup_define", "override", "orphan", "no_version",
+                        "unlisted_def", "unlisted_impl"}) {
     env.add(testBundle(b));
   }
   env.add(plugin("mylib"), "libmylib_copy.so");  // the same file twice: one bundle
@@ -189,16 +190,23 @@ TEST(PluginHost, RejectsEveryBadBundleWithItsReasonAndLeavesNothingRegistered) {
   EXPECT_THAT(env.row("liboverride.so").reason, HasSubstr("may replace it only with allow_override"));
   EXPECT_THAT(env.row("liborphan.so").reason, HasSubstr("implements namespace 'ghost', which no loaded bundle defines"));
   EXPECT_THAT(env.row("libno_version.so").reason, HasSubstr("no \"version\""));
+  // Handed over by handle, not through a library: held to the lists all the same.
+  EXPECT_THAT(env.row("libunlisted_def.so").reason,
+              HasSubstr("it defines operator elsewhere::f in namespace 'elsewhere', which bundle.json does not list"));
+  EXPECT_THAT(env.row("libunlisted_impl.so").reason,
+              HasSubstr("it registers a kernel for core::neg (Meta) in namespace 'core', which bundle.json lists "
+                        "neither in \"defines\" nor in \"implements\""));
   EXPECT_THAT(env.row("libcorrupt.so").reason, HasSubstr("not a Qt plugin"));
   for (const auto& b : env.store->bundles()) {
     if (b.state == "rejected") EXPECT_FALSE(b.reason.empty()) << b.path;
   }
-  EXPECT_EQ(env.store->bundles().size(), 11u);  // the copy of mylib is not a second bundle
-  for (const char* owner : {"throws@", "dup_define@", "override@", "orphan@", "abi_", "wrong_iid@"}) {
+  EXPECT_EQ(env.store->bundles().size(), 13u);  // the copy of mylib is not a second bundle
+  for (const char* owner : {"throws@", "dup_define@", "override@", "orphan@", "abi_", "wrong_iid@", "unlisted_"}) {
     EXPECT_EQ(registrationsOwnedBy(owner), 0u) << owner;
   }
   EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("throws_ns::f")).has_value());
   EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("dup_define::g")).has_value());
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("elsewhere::f")).has_value());
   EXPECT_EQ(get_kernel("extension_cpp::mymuladd", "cpu").owner(), "muladd@1.1.0");
   EXPECT_TRUE(ops::allclose(mymuladd(ops::ones({3}), ops::ones({3}), 2.0), ops::full({3}, 3.0)));
 }
