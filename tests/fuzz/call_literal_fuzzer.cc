@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const FunctionSchema kTypes = parseSchema(
       "fuzz::types(Tensor a, int b, float c, bool d, str e, Scalar f, ScalarType g, Device h, int[] i, "
       "float[] j, bool[] k, Tensor[] l, Tensor? m, int[]? n, Tensor?[] o, SymInt[] p, int[2] q, Any r, "
-      "float[][] s, str? t) -> ()");
+      "float[][] s, str? t, SymFloat u, SymBool v, SymFloat[] w) -> ()");
   fuzz::Input in(data, size);
   const size_t which = in.pick(kTypes.arguments().size() + 1);
   const std::string text = in.rest();
