@@ -165,6 +165,21 @@ bool stringArray(const QJsonObject& md, const char* field, QStringList* out, QSt
   return true;
 }
 
+// Whether the host itself defines operators in namespace ns (`core`, owner
+// "builtin"): a bundle may implement it (kernels, rules for its ops) with no bundle
+// defining it.
+bool definedByTheHost(const QString& ns) {
+  Dispatcher& d = Dispatcher::singleton();
+  const std::string prefix = ns.toStdString() + "::";
+  for (const OperatorName& op : d.operatorNames()) {
+    if (op.name.rfind(prefix, 0) != 0) continue;
+    for (const RegistrationInfo& r : d.registrations(op)) {
+      if (r.what == RegistrationInfo::What::Def && r.owner == "builtin") return true;
+    }
+  }
+  return false;
+}
+
 // What the bundle registered by any way (its libraries, a custom_op, a kernel or a
 // rule handed over with keep), held to bundle.json's lists: an operator defined in a
 // namespace of "defines", a kernel or rule in one of "defines" or "implements". ""
@@ -604,6 +619,7 @@ QStringList PluginHost::rescan() {
       const BundleFile& f = *it->second;
       QString missing, blocked;
       for (const auto& ns : f.metadata->implements) {
+        if (definedByTheHost(ns)) continue;  // `core`: always there, no bundle to wait for
         auto d = definer.find(ns);
         if (d == definer.end() || failed.count(d->second)) missing = ns;
         else if (loaded_.count(d->second) == 0 && d->second != it->first) blocked = ns;

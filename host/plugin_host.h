@@ -20,8 +20,11 @@
 //      RegistrationOwnerGuard("name@version"): every registration is checked
 //      as it is made (schemas, C++ signatures, other owners' kernels without
 //      allow_override, duplicate defs), nothing is published yet;
-//   5. the libraries it made must match its metadata (DEF only for namespaces it
-//      "defines", IMPL only for those it defines or "implements");
+//   5. what it registered must match its metadata, however it registered it (its
+//      libraries, a custom_op, a kernel or rule handed over with keep): operators
+//      defined only in namespaces it "defines", kernels and rules only in those it
+//      defines or "implements" (backend fallbacks and mode types belong to no
+//      namespace);
 //   6. on any error the BundleRegistrar is cleared before the batch ends, so calls
 //      never see the bundle; otherwise the batch ends and every table it touched is
 //      published at once.

@@ -14,9 +14,9 @@
 # The bundle.json a source names in Q_PLUGIN_METADATA is checked when CMake
 # configures and whenever it changes (strataCheckBundleJson.cmake): invalid JSON,
 # a missing or malformed name, version, abi, description, defines or implements,
-# or an abi other than the SDK's the bundle is compiled against
-# (STRATA_SDK_ABI_MAJOR/MINOR, set by strataConfig.cmake), fails the build with the
-# file and the reason.
+# or an abi other than the SDK's the bundle is compiled against (the global
+# property STRATA_SDK_ABI, set by strataConfig.cmake), fails the build with the file
+# and the reason.
 # A change to it alone rebuilds the library in one build (the source that embeds
 # it depends on it). NO_METADATA_CHECK skips the check, for a bundle whose
 # metadata is wrong on purpose (Strata's tests of the host's own checks).
@@ -33,6 +33,17 @@ function(strata_add_bundle target)
   endif()
   if(NOT B_OUTPUT_DIR)
     set(B_OUTPUT_DIR ${CMAKE_CURRENT_BINARY_DIR})
+  endif()
+  get_property(abi GLOBAL PROPERTY STRATA_SDK_ABI)
+  if(NOT B_NO_METADATA_CHECK AND NOT abi MATCHES "^[0-9]+;[0-9]+$")
+    message(FATAL_ERROR "strata_add_bundle(${target}): the SDK ABI is unknown (the global property STRATA_SDK_ABI "
+                        "is '${abi}'); find_package(strata) sets it")
+  endif()
+  set(abi_major "")
+  set(abi_minor "")
+  if(abi MATCHES "^[0-9]+;[0-9]+$")
+    list(GET abi 0 abi_major)
+    list(GET abi 1 abi_minor)
   endif()
   # The bundle.json each source embeds: checked now, and at build time when it changes.
   set(bundle_name "")
@@ -58,15 +69,15 @@ function(strata_add_bundle target)
       if(B_NO_METADATA_CHECK)
         continue()
       endif()
-      strata_check_bundle_json("${json}" error name version "${STRATA_SDK_ABI_MAJOR}" "${STRATA_SDK_ABI_MINOR}")
+      strata_check_bundle_json("${json}" error name version "${abi_major}" "${abi_minor}")
       if(error)
         message(FATAL_ERROR "strata_add_bundle(${target}): ${error}")
       endif()
       get_filename_component(json_name "${json}" NAME)
       set(stamp "${CMAKE_CURRENT_BINARY_DIR}/CMakeFiles/${target}.dir/${json_name}.checked")
       add_custom_command(OUTPUT "${stamp}"
-        COMMAND "${CMAKE_COMMAND}" "-DJSON=${json}" "-DSTAMP=${stamp}" "-DABI_MAJOR=${STRATA_SDK_ABI_MAJOR}"
-                "-DABI_MINOR=${STRATA_SDK_ABI_MINOR}" -P "${_STRATA_BUNDLE_CMAKE_DIR}/strataCheckBundleJson.cmake"
+        COMMAND "${CMAKE_COMMAND}" "-DJSON=${json}" "-DSTAMP=${stamp}" "-DABI_MAJOR=${abi_major}"
+                "-DABI_MINOR=${abi_minor}" -P "${_STRATA_BUNDLE_CMAKE_DIR}/strataCheckBundleJson.cmake"
         DEPENDS "${json}" "${_STRATA_BUNDLE_CMAKE_DIR}/strataCheckBundleJson.cmake"
         COMMENT "Checking ${json_name} of bundle ${target}"
         VERBATIM)

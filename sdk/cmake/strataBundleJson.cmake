@@ -74,11 +74,14 @@ function(strata_check_bundle_json file error_var name_var version_var)
       math(EXPR last "${n} - 1")
       foreach(i RANGE ${last})
         string(JSON t TYPE "${text}" ${key} ${i})
-        if(t STREQUAL "STRING")
-          string(JSON ns GET "${text}" ${key} ${i})
+        if(NOT t STREQUAL "STRING")
+          set(${error_var} "${file}: \"${key}\" holds a ${t} (entry ${i}), which is not a namespace (a C++ identifier)"
+              PARENT_SCOPE)
+          return()
         endif()
-        if(NOT t STREQUAL "STRING" OR NOT ns MATCHES "^[A-Za-z_][A-Za-z0-9_]*$")
-          set(${error_var} "${file}: \"${key}\" holds an entry that is not a namespace (a C++ identifier)"
+        string(JSON ns GET "${text}" ${key} ${i})
+        if(NOT ns MATCHES "^[A-Za-z_][A-Za-z0-9_]*$")
+          set(${error_var} "${file}: \"${key}\" holds '${ns}', which is not a namespace (a C++ identifier)"
               PARENT_SCOPE)
           return()
         endif()

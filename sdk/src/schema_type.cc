@@ -103,12 +103,6 @@ bool Type::isIntLike() const {
          kind_ == TypeKind::Layout || kind_ == TypeKind::MemoryFormat;
 }
 
-TypeKind Type::valueKind() const {
-  if (kind_ == TypeKind::SymFloat) return TypeKind::Float;
-  if (kind_ == TypeKind::SymBool) return TypeKind::Bool;
-  return kind_;
-}
-
 bool Type::operator==(const Type& o) const {
   if (kind_ != o.kind_ || name_ != o.name_ || contained_.size() != o.contained_.size()) return false;
   for (size_t i = 0; i < contained_.size(); ++i) {

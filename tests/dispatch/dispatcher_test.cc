@@ -518,7 +518,7 @@ TEST(ArgumentChecks, SymFloatAndSymBoolTakeFloatsAndBools) {
   // A kernel whose C++ types are not the schema's is refused, naming both.
   EXPECT_THAT(errorOf([&] { lib.impl("scale", [](const Tensor& a, int64_t, bool, std::vector<double>) { return a; },
                                      DispatchKey::Meta); }),
-              HasSubstr("SymFloat"));
+              HasSubstr("argument 's' (position 1) is SymFloat in the schema, int in the C++ function"));
 }
 
 // ---------------------------------------------------------------------------

@@ -1432,7 +1432,7 @@ TEST(ExternalBundle, BuildsAndLoadsTheReadmeExample) {
   std::ofstream(dir + "/bundle.json") << head << STRATA_SDK_ABI_MINOR
                                       << R"(}, "description": "d", "defines": ["my-lib"], "implements": []})";
   EXPECT_NE(rebuild(), 0);
-  EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"defines\" holds an entry that is not a namespace"));
+  EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"defines\" holds 'my-lib', which is not a namespace"));
   std::ofstream(dir + "/bundle.json") << head << STRATA_SDK_ABI_MINOR + 7
                                       << R"(}, "description": "d", "defines": ["hello"], "implements": []})";
   EXPECT_NE(rebuild(), 0);

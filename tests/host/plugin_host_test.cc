@@ -211,6 +211,21 @@ TEST(PluginHost, RejectsEveryBadBundleWithItsReasonAndLeavesNothingRegistered) {
   EXPECT_TRUE(ops::allclose(mymuladd(ops::ones({3}), ops::ones({3}), 2.0), ops::full({3}, 3.0)));
 }
 
+// The host's own namespace (core) needs no bundle to define it: a bundle that lists
+// it in "implements" loads, and its rule for a core op goes with it.
+TEST(PluginHost, ABundleMayImplementTheHostsOwnNamespace) {
+  Env env;
+  env.add(testBundle("implements_core"));
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  EXPECT_EQ(env.row("libimplements_core.so").state, "loaded") << env.row("libimplements_core.so").reason;
+  EXPECT_EQ(registrationsOwnedBy("implements_core@"), 1u);
+  ASSERT_TRUE(QFile::remove(env.dir + "/libimplements_core.so"));
+  host.sync();
+  EXPECT_TRUE(host.loaded().empty());
+  EXPECT_EQ(registrationsOwnedBy("implements_core@"), 0u);
+}
+
 // Note [Plugin trust]: what others could have written is refused, with the reason in
 // the store and nothing of it registered, until it is safe again or allowed.
 TEST(PluginHost, RefusesBundlesOthersCouldHaveWritten) {

@@ -77,8 +77,13 @@ class STRATA_API Type {
   // MemoryFormat are ints on the stack (PyTorch's "fake" type).
   bool isIntLike() const;
   // SymFloat and SymBool are floats and bools on the stack: the kind their values
-  // have (Float, Bool), and kind() for every other type.
-  TypeKind valueKind() const;
+  // have (Float, Bool), and kind() for every other type. Inline: a bundle that calls
+  // it needs no symbol a 3.3 host lacks.
+  TypeKind valueKind() const {
+    if (kind_ == TypeKind::SymFloat) return TypeKind::Float;
+    if (kind_ == TypeKind::SymBool) return TypeKind::Bool;
+    return kind_;
+  }
 
   bool operator==(const Type& o) const;
 
