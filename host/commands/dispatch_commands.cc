@@ -481,8 +481,8 @@ int runCallCommand(const QStringList& args) {
                     "DEVICE[:DTYPE]"});
   parser.addOption({"vmap", "Run the call under vmap, as torch.vmap(op, in_dims)(args...): IN_DIMS gives each "
                             "argument's batch dim in schema order, or None (e.g. 0,0,None; omitted trailing "
-                            "ones are None). Prints the batched results; --explain shows whether a batching "
-                            "rule or the for-loop fallback ran.",
+                            "ones are None), or one dim for every tensor argument (e.g. 0). Prints the batched "
+                            "results; --explain shows whether a batching rule or the for-loop fallback ran.",
                     "IN_DIMS"});
   parser.addOption({"fake", "A dry run: run the call under FakeTensorMode, where tensors have sizes, a dtype and "
                             "a device but no data, and print each output's shape, dtype and device (a size that "
