@@ -20,6 +20,7 @@
 
 #include "strata/modes/dispatch_mode.h"
 #include "strata/modes/vmap.h"
+#include "vmap_muladd.h"
 #include "strata/strata.h"
 
 using namespace strata;
@@ -27,32 +28,14 @@ using namespace strata;
 namespace {
 Tensor muladd_cpu(const Tensor& a, const Tensor&, double) { return a; }
 
-// As bench/vmap_bench.cc's op and rule.
-using VmSig = Tensor(const Tensor&, const Tensor&, double);
-Tensor muladd_vm_cpu(const Tensor& a, const Tensor& b, double c) {
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  Tensor out = empty(a.sizes(), ScalarType::Float);
-  const float* pa = ac.data_ptr<float>();
-  const float* pb = bc.data_ptr<float>();
-  float* po = out.data_ptr<float>();
-  const auto cf = static_cast<float>(c);
-  for (int64_t i = 0; i < out.numel(); ++i) po[i] = pa[i] * pb[i] + cf;
-  return out;
-}
+using bench::VmSig;
 
 int runVmap(bool vmapped, long calls) {
   Library lib(Library::DEF, "dispatch_count_vm");
   lib.def("muladd(Tensor a, Tensor b, float c) -> Tensor");
-  lib.impl("muladd", &muladd_vm_cpu, DispatchKey::CPU);
+  lib.impl("muladd", &bench::muladd_vm_cpu, DispatchKey::CPU);
   const auto op = Dispatcher::singleton().findSchemaOrThrow("dispatch_count_vm::muladd").typed<VmSig>();
-  modes::register_vmap(
-      "dispatch_count_vm::muladd",
-      [op](const modes::VmapInfo& info, const modes::InDims& in_dims, Stack& args) -> modes::VmapResult {
-        const Tensor a = modes::move_bdim_to_front(args[0].toTensor(), in_dims[0], info.batch_size);
-        const Tensor b = modes::move_bdim_to_front(args[1].toTensor(), in_dims[1], info.batch_size);
-        return {{op.call(a, b, args[2].toDouble())}, {0}};
-      },
-      lib);
+  modes::register_vmap("dispatch_count_vm::muladd", bench::muladdVmapRule(op), lib);
   const Tensor x = ones({8, 4}), y = ones({8, 4});
   const auto f = modes::vmap([&op](const Tensor& p, const Tensor& q) { return op.call(p, q, 2.0); });
   long results = 0;

@@ -10,22 +10,10 @@
 #include "bench_ops.h"
 #include "strata/modes/log_mode.h"
 #include "strata/modes/vmap.h"
+#include "vmap_muladd.h"
 
 namespace strata::bench {
 namespace {
-
-using VmSig = Tensor(const Tensor&, const Tensor&, double);
-
-Tensor muladd_vm_cpu(const Tensor& a, const Tensor& b, double c) {
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  Tensor out = empty(a.sizes(), ScalarType::Float);
-  const float* pa = ac.data_ptr<float>();
-  const float* pb = bc.data_ptr<float>();
-  float* po = out.data_ptr<float>();
-  const auto cf = static_cast<float>(c);
-  for (int64_t i = 0; i < out.numel(); ++i) po[i] = pa[i] * pb[i] + cf;
-  return out;
-}
 
 struct VmapOps {
   TypedOperatorHandle<VmSig> with_rule;
@@ -43,14 +31,7 @@ const VmapOps& vmapOps() {
     lib->impl("muladd", &muladd_vm_cpu, DispatchKey::CPU);
     lib->impl("muladd_loop", &muladd_vm_cpu, DispatchKey::CPU);
     auto op = Dispatcher::singleton().findSchemaOrThrow("bench_vm::muladd", "").typed<VmSig>();
-    modes::register_vmap(
-        "bench_vm::muladd",
-        [op](const modes::VmapInfo& info, const modes::InDims& in_dims, Stack& args) -> modes::VmapResult {
-          const Tensor a = modes::move_bdim_to_front(args[0].toTensor(), in_dims[0], info.batch_size);
-          const Tensor b = modes::move_bdim_to_front(args[1].toTensor(), in_dims[1], info.batch_size);
-          return {{op.call(a, b, args[2].toDouble())}, {0}};
-        },
-        *lib);
+    modes::register_vmap("bench_vm::muladd", muladdVmapRule(op), *lib);
     return VmapOps{op, Dispatcher::singleton().findSchemaOrThrow("bench_vm::muladd_loop", "").typed<VmSig>()};
   }();
   return ops;
