@@ -619,8 +619,8 @@ QStringList PluginHost::rescan() {
       const BundleFile& f = *it->second;
       QString missing, blocked;
       for (const auto& ns : f.metadata->implements) {
-        if (definedByTheHost(ns)) continue;  // `core`: always there, no bundle to wait for
         auto d = definer.find(ns);
+        if (d == definer.end() && definedByTheHost(ns)) continue;  // `core`: always there, no bundle to wait for
         if (d == definer.end() || failed.count(d->second)) missing = ns;
         else if (loaded_.count(d->second) == 0 && d->second != it->first) blocked = ns;
       }

@@ -1418,7 +1418,7 @@ TEST(ExternalBundle, BuildsAndLoadsTheReadmeExample) {
   std::ofstream(dir + "/bundle.json") << "{\"name\": \"hello\", \"version\": \"1.2.0\",";
   EXPECT_NE(rebuild(), 0);
   EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: not valid JSON"));
-  std::ofstream(dir + "/bundle.json") << "{\"name\": \"hello\", \"version\": \"1.2\", \"abi\": {\"major\": 3, \"minor\": 3}}";
+  std::ofstream(dir + "/bundle.json") << "{\"name\": \"hello\", \"version\": \"1.2\", \"abi\": {\"major\": 3, \"minor\": 3}, \"description\": \"d\"}";
   EXPECT_NE(rebuild(), 0);
   EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"version\" '1.2' is not a semantic version"));
   EXPECT_THAT(log(), HasSubstr("strata_add_bundle(hello): "));
@@ -1426,6 +1426,13 @@ TEST(ExternalBundle, BuildsAndLoadsTheReadmeExample) {
   // "abi" that is the one the code is compiled against (a host refuses the others).
   const std::string head =
       R"({"name": "hello", "version": "1.2.0", "abi": {"major": )" + std::to_string(STRATA_SDK_ABI_MAJOR) + R"(, "minor": )";
+  std::ofstream(dir + "/bundle.json") << head << STRATA_SDK_ABI_MINOR << R"(}, "defines": []})";
+  EXPECT_NE(rebuild(), 0);
+  EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"description\" must be a string"));
+  std::ofstream(dir + "/bundle.json") << head << STRATA_SDK_ABI_MINOR
+                                      << R"(}, "description": "d", "defines": [7], "implements": []})";
+  EXPECT_NE(rebuild(), 0);
+  EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"defines\" holds a NUMBER (entry 0), which is not a namespace"));
   std::ofstream(dir + "/bundle.json") << head << STRATA_SDK_ABI_MINOR << R"(}, "description": "d"})";
   EXPECT_NE(rebuild(), 0);
   EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"defines\" must be an array of namespaces, possibly empty"));

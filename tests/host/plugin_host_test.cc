@@ -170,7 +170,7 @@ TEST(PluginHost, RejectsEveryBadBundleWithItsReasonAndLeavesNothingRegistered) {
   PluginHost host(env.dir, env.store.get());
   host.sync();  // the good ones first: the bad ones arrive later
   for (const char* b : {"abi_major", "abi_minor", "wrong_iid", "throws", "dup_define", "override", "orphan", "no_version",
-                        "unlisted_def", "unlisted_impl"}) {
+                        "unlisted_def", "unlisted_impl", "unlisted_rule"}) {
     env.add(testBundle(b));
   }
   env.add(plugin("mylib"), "libmylib_copy.so");  // the same file twice: one bundle
@@ -196,11 +196,14 @@ TEST(PluginHost, RejectsEveryBadBundleWithItsReasonAndLeavesNothingRegistered) {
   EXPECT_THAT(env.row("libunlisted_impl.so").reason,
               HasSubstr("it registers a kernel for core::neg (Meta) in namespace 'core', which bundle.json lists "
                         "neither in \"defines\" nor in \"implements\""));
+  EXPECT_THAT(env.row("libunlisted_rule.so").reason,
+              HasSubstr("it registers a test_rule rule for core::neg in namespace 'core', which bundle.json lists "
+                        "neither in \"defines\" nor in \"implements\""));
   EXPECT_THAT(env.row("libcorrupt.so").reason, HasSubstr("not a Qt plugin"));
   for (const auto& b : env.store->bundles()) {
     if (b.state == "rejected") EXPECT_FALSE(b.reason.empty()) << b.path;
   }
-  EXPECT_EQ(env.store->bundles().size(), 13u);  // the copy of mylib is not a second bundle
+  EXPECT_EQ(env.store->bundles().size(), 14u);  // the copy of mylib is not a second bundle
   for (const char* owner : {"throws@", "dup_define@", "override@", "orphan@", "abi_", "wrong_iid@", "unlisted_"}) {
     EXPECT_EQ(registrationsOwnedBy(owner), 0u) << owner;
   }
