@@ -4,9 +4,9 @@
 // ties to even; infinities, NaNs and subnormals kept), bit for bit, but the loops are
 // written without branches so that the compiler vectorizes them (cast_kernels.cc is
 // built with -O3 -fno-trapping-math; `-fopt-info-vec` shows all four loops vectorized).
-// On x86-64 the bfloat16 loops are also built for AVX2, and float16 uses F16C, where
-// the CPU has them; the tests check both the paths this machine takes and the
-// portable loops (STRATA_PORTABLE_CASTS=1) against the IEEE definitions.
+// On x86-64 the bfloat16 loops are also written for AVX2 and AVX-512F, and float16
+// uses F16C, where the CPU has them; the tests check every path this machine has
+// (STRATA_CASTS=portable, =avx2, and the default) against the IEEE definitions.
 #pragma once
 
 #include <cstdint>
