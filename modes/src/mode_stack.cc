@@ -29,7 +29,18 @@ namespace {
 constexpr std::string_view kTorchDispatch = "torch_dispatch";
 constexpr uint64_t kModeBit = uint64_t{1} << static_cast<unsigned>(DispatchKey::Mode);
 
-using ModeStack = std::vector<std::shared_ptr<DispatchMode>>;  // bottom first
+// Bottom first. While a handler runs, its mode is off the stack (Note [The mode
+// stack]) but stays in `modes`: the top `hidden` entries are the modes whose handlers
+// are running, innermost lowest, and the stack a user sees is the rest below them. So
+// a trip through the fallback moves a count, not a shared_ptr; a mode pushed from a
+// handler goes in below the hidden ones, and comes out on top of the visible stack.
+struct ModeStack {
+  std::vector<std::shared_ptr<DispatchMode>> modes;
+  size_t hidden = 0;
+  size_t size() const { return modes.size() - hidden; }
+  bool empty() const { return size() == 0; }
+  std::shared_ptr<DispatchMode>& top() { return modes[size() - 1]; }
+};
 
 // Each thread has its own stack: modes never leak across threads. It is reached
 // through an initial-exec __thread pointer (one %fs-relative load on every trip
@@ -92,19 +103,26 @@ void modeFallback(const OperatorHandle& op, DispatchKeySet ks, Stack& stack) {
     op.redispatchBoxed(ks & keysBelow(DispatchKey::Mode), stack);
     return;
   }
+  // The top mode goes off the stack for the handler's run (it stays owned by the
+  // stack's vector, so the raw pointer lives as long), and the keys above Mode are
+  // excluded: one save of the TLS key set, one restore, whether the handler returns
+  // or throws.
   ModeStack& modes = *tls_stack;
-  std::shared_ptr<DispatchMode> mode = std::move(modes.back());
-  modes.pop_back();
-  syncModeKey(modes);
+  DispatchMode* const mode = modes.top().get();
+  ++modes.hidden;
+  RawLocalDispatchKeySet& tls = strata::detail::tls_local_dispatch_key_set;
   struct PutBack {
     ModeStack& modes;
-    std::shared_ptr<DispatchMode>& mode;
+    uint64_t excluded;
     ~PutBack() {
-      modes.push_back(std::move(mode));
-      syncModeKey(modes);
+      --modes.hidden;
+      RawLocalDispatchKeySet& tls = strata::detail::tls_local_dispatch_key_set;
+      tls.excluded = excluded;
+      tls.included |= kModeBit;  // the stack holds this mode again
     }
-  } put_back{modes, mode};
-  ExcludeDispatchKeyGuard below_the_layers_above(keysAbove(DispatchKey::Mode));
+  } put_back{modes, tls.excluded};
+  tls.excluded |= keysAbove(DispatchKey::Mode).raw();
+  if (modes.empty()) tls.included &= ~kModeBit;
 
   const TensorTypes types = TensorTypes::of(stack);
   const auto* rule = op.hasRules() ? static_cast<const TorchDispatchRule*>(op.findRule(kTorchDispatch, typeid(*mode)))
@@ -298,30 +316,35 @@ void push_mode(std::shared_ptr<DispatchMode> mode) {
   STRATA_CHECK(mode != nullptr, Value, "push_mode: the mode is null");
   initialize();
   ModeStack& modes = modeStack();
-  modes.push_back(std::move(mode));
+  modes.modes.insert(modes.modes.end() - static_cast<std::ptrdiff_t>(modes.hidden), std::move(mode));
   syncModeKey(modes);
 }
 
 std::shared_ptr<DispatchMode> pop_mode() {
   STRATA_CHECK(!noModes(), Value, "pop_mode: this thread's mode stack is empty");
   ModeStack& modes = *tls_stack;
-  std::shared_ptr<DispatchMode> top = std::move(modes.back());
-  modes.pop_back();
+  std::shared_ptr<DispatchMode> top = std::move(modes.top());
+  modes.modes.erase(modes.modes.begin() + static_cast<std::ptrdiff_t>(modes.size() - 1));
   syncModeKey(modes);
   return top;
 }
 
 size_t mode_stack_size() { return noModes() ? 0 : tls_stack->size(); }
 
-std::vector<std::shared_ptr<DispatchMode>> mode_stack() { return noModes() ? ModeStack() : *tls_stack; }
+std::vector<std::shared_ptr<DispatchMode>> mode_stack() {
+  if (noModes()) return {};
+  const auto& all = tls_stack->modes;
+  return {all.begin(), all.begin() + static_cast<std::ptrdiff_t>(tls_stack->size())};
+}
 
-std::shared_ptr<DispatchMode> current_mode() { return noModes() ? nullptr : tls_stack->back(); }
+std::shared_ptr<DispatchMode> current_mode() { return noModes() ? nullptr : tls_stack->top(); }
 
 ModeGuard::ModeGuard(std::shared_ptr<DispatchMode> mode) : mode_(std::move(mode)) { push_mode(mode_); }
 
 ModeGuard::~ModeGuard() {
-  if (!noModes() && tls_stack->back() == mode_) {
-    tls_stack->pop_back();
+  if (!noModes() && tls_stack->top() == mode_) {
+    auto& all = tls_stack->modes;
+    all.erase(all.begin() + static_cast<std::ptrdiff_t>(tls_stack->size() - 1));
     syncModeKey(*tls_stack);
     return;
   }
