@@ -208,6 +208,49 @@ TEST(ModeHandler, AModePushedInsideAHandlerSeesTheCallsItMakes) {
   EXPECT_EQ(foo.kernel_calls, 1);
 }
 
+// Inside its handler, looks at the stack, pops the next mode down and pushes it
+// back, then pushes `left` and leaves it there.
+struct RearrangingMode : DispatchMode {
+  Stack dispatch(const OperatorHandle& op, const TensorTypes&, Stack args) override {
+    seen = modes::mode_stack();
+    current = modes::current_mode();
+    auto below = modes::pop_mode();
+    size_after_pop = modes::mode_stack_size();
+    modes::push_mode(below);
+    modes::push_mode(left);
+    return args;  // the op's one argument as its one result
+  }
+  std::shared_ptr<DispatchMode> left;
+  std::vector<std::shared_ptr<DispatchMode>> seen;
+  std::shared_ptr<DispatchMode> current;
+  size_t size_after_pop = 99;
+};
+
+TEST(ModeHandler, AHandlerSeesAndChangesOnlyTheStackBelowItsMode) {
+  CountingOp foo("mode_rearrange");
+  std::vector<std::string> log;
+  auto bottom = std::make_shared<RecordingMode>("bottom", &log);
+  auto middle = std::make_shared<RecordingMode>("middle", &log);
+  auto top = std::make_shared<RearrangingMode>();
+  top->left = std::make_shared<RecordingMode>("left", &log);
+  const Tensor x = ops::ones({2});
+  modes::push_mode(bottom);
+  modes::push_mode(middle);
+  modes::push_mode(top);
+  foo.call(x);
+  EXPECT_EQ(top->seen, (std::vector<std::shared_ptr<DispatchMode>>{bottom, middle}));
+  EXPECT_EQ(top->current, middle);
+  EXPECT_EQ(top->size_after_pop, 1u);
+  // As PyTorch's _pop_mode_temporarily: the handler's mode goes back on top of
+  // whatever the handler left.
+  EXPECT_EQ(modes::mode_stack(), (std::vector<std::shared_ptr<DispatchMode>>{bottom, middle, top->left, top}));
+  EXPECT_TRUE(modeKeyIncluded());
+  EXPECT_TRUE(log.empty());
+  EXPECT_EQ(foo.kernel_calls, 0);
+  for (int i = 0; i < 4; ++i) modes::pop_mode();
+  EXPECT_FALSE(modeKeyIncluded());
+}
+
 struct ThrowingMode : DispatchMode {
   Stack dispatch(const OperatorHandle& op, const TensorTypes&, Stack) override {
     throw std::runtime_error("no " + op.name() + " today");
