@@ -6,6 +6,7 @@
 #include "strata/half.h"
 
 #include <bit>
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
@@ -91,6 +92,10 @@ const CpuFeatures kCpu = [] {
   CpuFeatures f;
   const char* cap = std::getenv("STRATA_CASTS");
   const std::string_view limit = cap != nullptr ? cap : "";
+  if (!limit.empty() && limit != "portable" && limit != "avx2" && limit != "avx512") {
+    std::fprintf(stderr, "strata: STRATA_CASTS=%s is not one of portable, avx2, avx512; the casts use what the CPU has\n",
+                 cap);
+  }
   if (limit == "portable") return f;
   __builtin_cpu_init();
   f.avx2 = __builtin_cpu_supports("avx2");
@@ -99,13 +104,16 @@ const CpuFeatures kCpu = [] {
   f.f16c = __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
   // __builtin_cpu_supports also asks the OS (XGETBV) whether it saves the zmm state.
   f.avx512 = limit != "avx2" && f.avx2 && __builtin_cpu_supports("avx512f");
-  f.avx512bf16 = limit != "avx512" && f.avx512 && __builtin_cpu_supports("avx512bf16");
+  // The compilers take target("avx512bf16") to imply AVX512BW, so that is asked too
+  // (a VM may hide one and show the other).
+  f.avx512bf16 = limit != "avx512" && f.avx512 && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512bf16");
   return f;
 }();
 
 // bfloat16 with integer vector instructions, element for element what bfloat16Of and
-// bfloat16BitsToFloat compute (not AVX512-BF16's VCVTNEPS2BF16, which flushes
-// subnormals to zero and drops NaN payloads). The compiler's own vectorization of
+// bfloat16BitsToFloat compute, subnormals included (AVX512-BF16's VCVTNEPS2BF16
+// flushes them to zero: see floatToBFloat16Bf16). The compiler's own vectorization of
 // the scalar loop took 19 instructions per 8 floats (it narrows before it blends).
 __attribute__((target("avx2"))) inline __m256i bfloat16Bits8(__m256i x) {
   const __m256i hi = _mm256_srli_epi32(x, 16);
@@ -168,7 +176,7 @@ __attribute__((target("avx512f"))) void floatToBFloat16Avx512(const float* src, 
 // truncated with its quiet bit set; it reads no MXCSR and raises no flag), but turns
 // a subnormal into a zero of its sign. A block of 16 with a subnormal in it takes the
 // integer instructions instead; zeros are not subnormal, so ReLU's output stays fast.
-__attribute__((target("avx512f,avx512bf16"))) void floatToBFloat16Bf16(const float* src, uint16_t* dst,
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void floatToBFloat16Bf16(const float* src, uint16_t* dst,
                                                                         int64_t n) {
   const __m512i exponent = _mm512_set1_epi32(0x7f800000), mantissa = _mm512_set1_epi32(0x007fffff);
   int64_t i = 0;
