@@ -152,7 +152,7 @@ class NotImplementedNode final : public Node {
                           : std::string(" (register one with register_autograd, or give the op a "
                                         "CompositeImplicitAutograd kernel made of differentiable ops)"));
   }
-  void addEdge(Edge e) { next_edges_.push_back(std::move(e)); }
+  void setEdges(std::vector<Edge> e) { next_edges_ = std::move(e); }
 
  private:
   std::string op_;
@@ -456,12 +456,14 @@ void notImplementedFallback(const OperatorHandle& op, DispatchKeySet ks, Stack& 
   bumpWritten(schema, inputs);
   const bool disabled = !Dispatcher::singleton().isKernelEnabled(op.operator_name(), DispatchKey::Autograd);
   auto node = std::make_shared<NotImplementedNode>(name, disabled);
+  // Only the edges, numbered as collectEdges numbers them (one per tensor slot): the
+  // node never runs a formula, so it keeps no slots, input metadata or needs.
   std::vector<Edge> edges;
-  std::vector<ArgSlots> slots;
-  std::vector<Node::InputMeta> metas;
-  std::vector<bool> needs;
-  collectEdges(inputs, edges, slots, metas, needs);
-  for (Edge& e : edges) node->addEdge(std::move(e));
+  edges.reserve(inputs.size());
+  for (const IValue& v : inputs) {
+    forEachTensor(v, [&](const Tensor& t) { edges.push_back(t.defined() ? gradient_edge(t) : Edge{}); });
+  }
+  node->setEdges(std::move(edges));
   markOutputs(schema, inputs, stack, node, /*differentiable=*/true);
 }
 
