@@ -144,18 +144,21 @@ class AccumulateGrad final : public Node {
 // The node of an op with inputs that require grad and no formula.
 class NotImplementedNode final : public Node {
  public:
-  NotImplementedNode(std::string op, bool disabled) : op_(std::move(op)), disabled_(disabled) {}
+  // The op's handle, not its name: the name is a string built only if a backward
+  // reaches this node (an operator's entry outlives its removal, so the handle stays valid).
+  NotImplementedNode(const OperatorHandle& op, bool disabled) : op_(op), disabled_(disabled) {}
   std::string name() const override { return "NotImplemented"; }
   std::vector<Tensor> apply(std::vector<Tensor>&&) override {
-    STRATA_FAIL(NotImplemented, "trying to backward through ", op_, " but no autograd formula was registered",
-                disabled_ ? std::string(" (its formula is switched off: strata kernel enable ") + op_ + " autograd)"
+    const std::string op = op_.name();
+    STRATA_FAIL(NotImplemented, "trying to backward through ", op, " but no autograd formula was registered",
+                disabled_ ? std::string(" (its formula is switched off: strata kernel enable ") + op + " autograd)"
                           : std::string(" (register one with register_autograd, or give the op a "
                                         "CompositeImplicitAutograd kernel made of differentiable ops)"));
   }
   void setEdges(std::vector<Edge> e) { next_edges_ = std::move(e); }
 
  private:
-  std::string op_;
+  OperatorHandle op_;
   bool disabled_;
 };
 
@@ -319,17 +322,23 @@ void bumpWritten(const FunctionSchema& schema, const Stack& inputs) {
   }
 }
 
+// The op's name in the messages below: a formula keeps it as a string; the fallback
+// passes the handle, whose name is built only when a check fails.
+const std::string& nameOf(const std::string& op) { return op; }
+std::string nameOf(const OperatorHandle& op) { return op.name(); }
+
 // PyTorch's checks of an in-place write under autograd.
-void checkInplace(const std::string& op, const FunctionSchema& schema, const Stack& inputs) {
+template <typename Op>
+void checkInplace(const Op& op, const FunctionSchema& schema, const Stack& inputs) {
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size() && i < inputs.size(); ++i) {
     if (!args[i].is_write()) continue;
     forEachTensor(inputs[i], [&](const Tensor& t) {
       if (!t.defined() || !t.requires_grad()) return;
-      STRATA_CHECK(!t.is_leaf(), Value, op, ": a leaf Variable that requires grad is being used in an in-place "
+      STRATA_CHECK(!t.is_leaf(), Value, nameOf(op), ": a leaf Variable that requires grad is being used in an in-place "
                    "operation (argument '", args[i].name, "')");
       const AutogradMeta* m = metaOf(t);
-      STRATA_CHECK(m == nullptr || !m->is_view, Value, op, ": argument '", args[i].name, "' is a view of a tensor "
+      STRATA_CHECK(m == nullptr || !m->is_view, Value, nameOf(op), ": argument '", args[i].name, "' is a view of a tensor "
                    "that requires grad, and Strata's autograd does not rebase a view's base after an in-place "
                    "write; clone() the view first");
     });
@@ -338,7 +347,7 @@ void checkInplace(const std::string& op, const FunctionSchema& schema, const Sta
     forEachTensor(inputs[i], [&](const Tensor& t) {
       if (!t.defined() || t.wrapper() != nullptr || t.is_meta()) return;
       const size_t span = static_cast<size_t>(t.numel()) * t.element_size();
-      STRATA_CHECK(t.storage_offset() == 0 && span == t.storage()->nbytes(), Value, op, ": argument '", args[i].name,
+      STRATA_CHECK(t.storage_offset() == 0 && span == t.storage()->nbytes(), Value, nameOf(op), ": argument '", args[i].name,
                    "' is a view of part of a storage, and writing a value that requires grad into it in place would "
                    "lose the gradient of the tensor it views (Strata's autograd does not rebase views); write into "
                    "a tensor of its own, or detach() the value");
@@ -348,13 +357,14 @@ void checkInplace(const std::string& op, const FunctionSchema& schema, const Sta
 
 // A view whose storage was written in place since it was made (through its base or
 // another view) no longer has the history autograd recorded for it.
-void checkViewsCurrent(const std::string& op, const Stack& inputs) {
+template <typename Op>
+void checkViewsCurrent(const Op& op, const Stack& inputs) {
   for (const IValue& v : inputs) {
     forEachTensor(v, [&](const Tensor& t) {
       if (!t.defined() || !t.requires_grad()) return;
       const AutogradMeta* m = metaOf(t);
       if (m == nullptr || !m->is_view || t.wrapper() != nullptr) return;
-      STRATA_CHECK(t.storage()->version() == m->view_version, Value, op, ": an input is a view (made by ",
+      STRATA_CHECK(t.storage()->version() == m->view_version, Value, nameOf(op), ": an input is a view (made by ",
                    m->grad_fn_name(), ") whose base was modified by an inplace operation after the view was made; "
                    "Strata's autograd does not rebase views: make the view after the write, or clone() it before");
     });
@@ -448,14 +458,13 @@ void notImplementedFallback(const OperatorHandle& op, DispatchKeySet ks, Stack& 
     runBelow(op, ks, stack);
     return;
   }
-  const std::string name = op.operator_name().str();
   const Stack inputs(stack.begin(), stack.begin() + static_cast<std::ptrdiff_t>(std::min(n, stack.size())));
-  checkInplace(name, schema, inputs);
-  checkViewsCurrent(name, inputs);
+  checkInplace(op, schema, inputs);
+  checkViewsCurrent(op, inputs);
   runBelow(op, ks, stack);
   bumpWritten(schema, inputs);
   const bool disabled = !Dispatcher::singleton().isKernelEnabled(op.operator_name(), DispatchKey::Autograd);
-  auto node = std::make_shared<NotImplementedNode>(name, disabled);
+  auto node = std::make_shared<NotImplementedNode>(op, disabled);
   // Only the edges, numbered as collectEdges numbers them (one per tensor slot): the
   // node never runs a formula, so it keeps no slots, input metadata or needs.
   std::vector<Edge> edges;
