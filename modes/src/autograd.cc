@@ -322,23 +322,18 @@ void bumpWritten(const FunctionSchema& schema, const Stack& inputs) {
   }
 }
 
-// The op's name in the messages below: a formula keeps it as a string; the fallback
-// passes the handle, whose name is built only when a check fails.
-const std::string& nameOf(const std::string& op) { return op; }
-std::string nameOf(const OperatorHandle& op) { return op.name(); }
-
-// PyTorch's checks of an in-place write under autograd.
-template <typename Op>
-void checkInplace(const Op& op, const FunctionSchema& schema, const Stack& inputs) {
+// PyTorch's checks of an in-place write under autograd. The op's name is built only
+// for a message (STRATA_CHECK evaluates its message when the check fails).
+void checkInplace(const OperatorHandle& op, const FunctionSchema& schema, const Stack& inputs) {
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size() && i < inputs.size(); ++i) {
     if (!args[i].is_write()) continue;
     forEachTensor(inputs[i], [&](const Tensor& t) {
       if (!t.defined() || !t.requires_grad()) return;
-      STRATA_CHECK(!t.is_leaf(), Value, nameOf(op), ": a leaf Variable that requires grad is being used in an in-place "
+      STRATA_CHECK(!t.is_leaf(), Value, op.name(), ": a leaf Variable that requires grad is being used in an in-place "
                    "operation (argument '", args[i].name, "')");
       const AutogradMeta* m = metaOf(t);
-      STRATA_CHECK(m == nullptr || !m->is_view, Value, nameOf(op), ": argument '", args[i].name, "' is a view of a tensor "
+      STRATA_CHECK(m == nullptr || !m->is_view, Value, op.name(), ": argument '", args[i].name, "' is a view of a tensor "
                    "that requires grad, and Strata's autograd does not rebase a view's base after an in-place "
                    "write; clone() the view first");
     });
@@ -347,7 +342,7 @@ void checkInplace(const Op& op, const FunctionSchema& schema, const Stack& input
     forEachTensor(inputs[i], [&](const Tensor& t) {
       if (!t.defined() || t.wrapper() != nullptr || t.is_meta()) return;
       const size_t span = static_cast<size_t>(t.numel()) * t.element_size();
-      STRATA_CHECK(t.storage_offset() == 0 && span == t.storage()->nbytes(), Value, nameOf(op), ": argument '", args[i].name,
+      STRATA_CHECK(t.storage_offset() == 0 && span == t.storage()->nbytes(), Value, op.name(), ": argument '", args[i].name,
                    "' is a view of part of a storage, and writing a value that requires grad into it in place would "
                    "lose the gradient of the tensor it views (Strata's autograd does not rebase views); write into "
                    "a tensor of its own, or detach() the value");
@@ -357,14 +352,13 @@ void checkInplace(const Op& op, const FunctionSchema& schema, const Stack& input
 
 // A view whose storage was written in place since it was made (through its base or
 // another view) no longer has the history autograd recorded for it.
-template <typename Op>
-void checkViewsCurrent(const Op& op, const Stack& inputs) {
+void checkViewsCurrent(const OperatorHandle& op, const Stack& inputs) {
   for (const IValue& v : inputs) {
     forEachTensor(v, [&](const Tensor& t) {
       if (!t.defined() || !t.requires_grad()) return;
       const AutogradMeta* m = metaOf(t);
       if (m == nullptr || !m->is_view || t.wrapper() != nullptr) return;
-      STRATA_CHECK(t.storage()->version() == m->view_version, Value, nameOf(op), ": an input is a view (made by ",
+      STRATA_CHECK(t.storage()->version() == m->view_version, Value, op.name(), ": an input is a view (made by ",
                    m->grad_fn_name(), ") whose base was modified by an inplace operation after the view was made; "
                    "Strata's autograd does not rebase views: make the view after the write, or clone() it before");
     });
@@ -578,8 +572,8 @@ void formulaKernel(const std::shared_ptr<const Formula>& f, const OperatorHandle
     return;
   }
   const Stack inputs(stack.begin(), stack.begin() + static_cast<std::ptrdiff_t>(std::min(n, stack.size())));
-  checkInplace(f->op, schema, inputs);
-  checkViewsCurrent(f->op, inputs);
+  checkInplace(op, schema, inputs);
+  checkViewsCurrent(op, inputs);
   runBelow(op, ks, stack);
   bumpWritten(schema, inputs);
   if (f->nondifferentiable) return;
