@@ -40,6 +40,14 @@ struct ModeStack {
   size_t size() const { return modes.size() - hidden; }
   bool empty() const { return size() == 0; }
   std::shared_ptr<DispatchMode>& top() { return modes[size() - 1]; }
+  void push(std::shared_ptr<DispatchMode> mode) {
+    modes.insert(modes.end() - static_cast<std::ptrdiff_t>(hidden), std::move(mode));
+  }
+  std::shared_ptr<DispatchMode> pop() {
+    std::shared_ptr<DispatchMode> t = std::move(top());
+    modes.erase(modes.begin() + static_cast<std::ptrdiff_t>(size() - 1));
+    return t;
+  }
 };
 
 // Each thread has its own stack: modes never leak across threads. It is reached
@@ -316,15 +324,14 @@ void push_mode(std::shared_ptr<DispatchMode> mode) {
   STRATA_CHECK(mode != nullptr, Value, "push_mode: the mode is null");
   initialize();
   ModeStack& modes = modeStack();
-  modes.modes.insert(modes.modes.end() - static_cast<std::ptrdiff_t>(modes.hidden), std::move(mode));
+  modes.push(std::move(mode));
   syncModeKey(modes);
 }
 
 std::shared_ptr<DispatchMode> pop_mode() {
   STRATA_CHECK(!noModes(), Value, "pop_mode: this thread's mode stack is empty");
   ModeStack& modes = *tls_stack;
-  std::shared_ptr<DispatchMode> top = std::move(modes.top());
-  modes.modes.erase(modes.modes.begin() + static_cast<std::ptrdiff_t>(modes.size() - 1));
+  std::shared_ptr<DispatchMode> top = modes.pop();
   syncModeKey(modes);
   return top;
 }
@@ -343,8 +350,7 @@ ModeGuard::ModeGuard(std::shared_ptr<DispatchMode> mode) : mode_(std::move(mode)
 
 ModeGuard::~ModeGuard() {
   if (!noModes() && tls_stack->top() == mode_) {
-    auto& all = tls_stack->modes;
-    all.erase(all.begin() + static_cast<std::ptrdiff_t>(tls_stack->size() - 1));
+    tls_stack->pop();
     syncModeKey(*tls_stack);
     return;
   }
