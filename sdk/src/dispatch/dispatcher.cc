@@ -1346,8 +1346,34 @@ AliasAnalysisKind OperatorHandle::aliasAnalysis() const {
   return info != nullptr ? info->alias_analysis : AliasAnalysisKind::FROM_SCHEMA;
 }
 
+namespace {
+// The boxed entry points' CallSection: enters one only when the thread is in none.
+// A section inside another protects nothing more (what the inner call reads stays
+// valid until the outermost ends, and only that one advances the generation), and
+// boxed calls are the ones made from inside calls: a mode's or a boxed fallback's
+// handler calling the layer below. Skipping the nested store and its undo saves a
+// per-layer read-modify-write of the call word (Note [Grace periods]).
+struct OutermostCallSection {
+  bool entered;
+  __attribute__((always_inline)) OutermostCallSection() noexcept {
+    uint64_t w = detail::tls_call_word;
+    entered = (w & detail::kCallDepthMask) == 0;
+    if (entered) {
+      if (__builtin_expect(w == 0, 0)) w = detail::registerCallingThread();
+      __atomic_store_n(&detail::tls_call_word, w + detail::kCallGeneration + 1, __ATOMIC_RELEASE);
+    }
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  }
+  __attribute__((always_inline)) ~OutermostCallSection() {
+    if (entered) __atomic_store_n(&detail::tls_call_word, detail::tls_call_word - 1, __ATOMIC_RELEASE);
+  }
+  OutermostCallSection(const OutermostCallSection&) = delete;
+  OutermostCallSection& operator=(const OutermostCallSection&) = delete;
+};
+}  // namespace
+
 void OperatorHandle::callBoxed(Stack& stack) const {
-  const detail::CallSection section;  // Note [Grace periods]
+  const OutermostCallSection section;  // Note [Grace periods]
   const OperatorInfo* info = entry_->info.load(std::memory_order_acquire);
   if (__builtin_expect(info == nullptr, 0)) {
     STRATA_FAIL(NotImplemented, "cannot call ", entry_->qualified, " boxed: it has no schema (no def(), or it was removed)");
@@ -1364,7 +1390,7 @@ void OperatorHandle::callBoxed(Stack& stack) const {
 }
 
 void OperatorHandle::redispatchBoxed(DispatchKeySet ks, Stack& stack) const {
-  const detail::CallSection section;
+  const OutermostCallSection section;
   ks = ks & core_->mask();
   const KernelFunction& kernel = core_->lookup(ks);
   if (__builtin_expect(detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0, 0)) {

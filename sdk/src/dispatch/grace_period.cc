@@ -31,6 +31,9 @@
 //   as it starts. Entering is a plain store ordered before the slot read by the
 //   compiler only; leaving is a plain store. No fence, no atomic
 //   read-modify-write, no shared cache line: each thread writes its own word.
+//   The boxed entry points (callBoxed, redispatchBoxed: what a mode's or a boxed
+//   fallback's handler calls from inside a call) enter only when the thread is at
+//   depth 0: a nested section would protect nothing the outer one does not.
 // - Registry. A thread's first call links a node in its own TLS into a list (a slow
 //   path taken once per thread, allocating nothing); a pthread key's destructor
 //   unlinks it at thread exit. Key destructors run after C++ thread_local
