@@ -34,17 +34,24 @@ constexpr uint64_t kModeBit = uint64_t{1} << static_cast<unsigned>(DispatchKey::
 // are running, innermost lowest, and the stack a user sees is the rest below them. So
 // a trip through the fallback moves a count, not a shared_ptr; a mode pushed from a
 // handler goes in below the hidden ones, and comes out on top of the visible stack.
+// Each entry also says, once at push, whether the mode is a BoxedDispatchMode, so the
+// fallback never casts.
 struct ModeStack {
-  std::vector<std::shared_ptr<DispatchMode>> modes;
+  struct Entry {
+    std::shared_ptr<DispatchMode> mode;
+    BoxedDispatchMode* boxed;  // mode.get() when it is one, else null
+  };
+  std::vector<Entry> modes;
   size_t hidden = 0;
   size_t size() const { return modes.size() - hidden; }
   bool empty() const { return size() == 0; }
-  std::shared_ptr<DispatchMode>& top() { return modes[size() - 1]; }
+  Entry& top() { return modes[size() - 1]; }
   void push(std::shared_ptr<DispatchMode> mode) {
-    modes.insert(modes.end() - static_cast<std::ptrdiff_t>(hidden), std::move(mode));
+    BoxedDispatchMode* boxed = dynamic_cast<BoxedDispatchMode*>(mode.get());
+    modes.insert(modes.end() - static_cast<std::ptrdiff_t>(hidden), Entry{std::move(mode), boxed});
   }
   std::shared_ptr<DispatchMode> pop() {
-    std::shared_ptr<DispatchMode> t = std::move(top());
+    std::shared_ptr<DispatchMode> t = std::move(top().mode);
     modes.erase(modes.begin() + static_cast<std::ptrdiff_t>(size() - 1));
     return t;
   }
@@ -82,7 +89,10 @@ std::string where(const std::source_location& loc) { return detail::registeredAt
 [[noreturn]] __attribute__((noinline, cold)) void badResults(const OperatorHandle& op, const DispatchMode& mode,
                                                              bool by_rule, const Stack& out, size_t bad_index) {
   const FunctionSchema& schema = op.schema();
-  const std::string who = (by_rule ? "the torch_dispatch rule of " : "the dispatch() of mode ") + mode.name();
+  const char* handler = by_rule                                          ? "the torch_dispatch rule of "
+                        : dynamic_cast<const BoxedDispatchMode*>(&mode) ? "the dispatch_boxed() of mode "
+                                                                         : "the dispatch() of mode ";
+  const std::string who = handler + mode.name();
   if (bad_index == SIZE_MAX) {
     STRATA_FAIL(Value, op.name(), ": ", who, " returned ", out.size(), " value(s), but the schema (", schema.str(),
                 ") has ", schema.returns().size());
@@ -94,11 +104,12 @@ std::string where(const std::source_location& loc) { return detail::registeredAt
 void checkResults(const OperatorHandle& op, const DispatchMode& mode, bool by_rule, const Stack& out) {
   const FunctionSchema& schema = op.schema();
   const auto& returns = schema.returns();
-  if (__builtin_expect(!schema.is_varret() && out.size() != returns.size(), 0)) {
-    badResults(op, mode, by_rule, out, SIZE_MAX);
-  }
-  for (size_t i = 0; i < returns.size() && i < out.size(); ++i) {
-    if (__builtin_expect(returns[i].type->kind() == TypeKind::Tensor && !out[i].isTensor(), 0)) {
+  const size_t n = returns.size();
+  if (__builtin_expect(out.size() != n, 0) && !schema.is_varret()) badResults(op, mode, by_rule, out, SIZE_MAX);
+  const size_t m = n < out.size() ? n : out.size();
+  for (size_t i = 0; i < m; ++i) {
+    // The value's tag first: the schema's type is one more load, needed only for a non-tensor.
+    if (__builtin_expect(!out[i].isTensor(), 0) && returns[i].type->kind() == TypeKind::Tensor) {
       badResults(op, mode, by_rule, out, i);
     }
   }
@@ -106,7 +117,9 @@ void checkResults(const OperatorHandle& op, const DispatchMode& mode, bool by_ru
 
 // The boxed fallback at the Mode key, for every operator.
 void modeFallback(const OperatorHandle& op, DispatchKeySet ks, Stack& stack) {
-  if (noModes()) {
+  ModeStack* const visible = tls_stack;
+  const size_t depth = visible != nullptr ? visible->size() : 0;
+  if (__builtin_expect(depth == 0, 0)) {
     // Mode included by hand with no mode pushed: this layer has nothing to do.
     op.redispatchBoxed(ks & keysBelow(DispatchKey::Mode), stack);
     return;
@@ -115,8 +128,10 @@ void modeFallback(const OperatorHandle& op, DispatchKeySet ks, Stack& stack) {
   // stack's vector, so the raw pointer lives as long), and the keys above Mode are
   // excluded: one save of the TLS key set, one restore, whether the handler returns
   // or throws.
-  ModeStack& modes = *tls_stack;
-  DispatchMode* const mode = modes.top().get();
+  ModeStack& modes = *visible;
+  const ModeStack::Entry& top = modes.modes[depth - 1];
+  DispatchMode* const mode = top.mode.get();
+  BoxedDispatchMode* const boxed = top.boxed;
   ++modes.hidden;
   RawLocalDispatchKeySet& tls = strata::detail::tls_local_dispatch_key_set;
   struct PutBack {
@@ -130,13 +145,17 @@ void modeFallback(const OperatorHandle& op, DispatchKeySet ks, Stack& stack) {
     }
   } put_back{modes, tls.excluded};
   tls.excluded |= keysAbove(DispatchKey::Mode).raw();
-  if (modes.empty()) tls.included &= ~kModeBit;
+  if (depth == 1) tls.included &= ~kModeBit;  // the handler sees an empty stack
 
-  const TensorTypes types = TensorTypes::of(stack);
   const auto* rule = op.hasRules() ? static_cast<const TorchDispatchRule*>(op.findRule(kTorchDispatch, typeid(*mode)))
                                     : nullptr;
-  // The handler takes the arguments (stack is left empty) and its results become the stack.
-  stack = rule != nullptr ? (*rule)(*mode, op, types, std::move(stack)) : mode->dispatch(op, types, std::move(stack));
+  if (rule == nullptr && boxed != nullptr) {
+    boxed->dispatch_boxed(op, stack);  // in place: no types, no moves
+  } else {
+    // The handler takes the arguments (stack is left empty) and its results become the stack.
+    const TensorTypes types = TensorTypes::of(stack);
+    stack = rule != nullptr ? (*rule)(*mode, op, types, std::move(stack)) : mode->dispatch(op, types, std::move(stack));
+  }
   checkResults(op, *mode, rule != nullptr, stack);
 }
 
@@ -303,9 +322,14 @@ Stack call(const OperatorHandle& op, Stack args) {
   return args;
 }
 
-Stack PassthroughMode::dispatch(const OperatorHandle& op, const TensorTypes&, Stack args) {
+Stack BoxedDispatchMode::dispatch(const OperatorHandle& op, const TensorTypes&, Stack args) {
+  dispatch_boxed(op, args);
+  return args;
+}
+
+void PassthroughMode::dispatch_boxed(const OperatorHandle& op, Stack& stack) {
   ++calls_;
-  return call(op, std::move(args));
+  op.callBoxed(stack);
 }
 
 void initialize() {
@@ -341,15 +365,18 @@ size_t mode_stack_size() { return noModes() ? 0 : tls_stack->size(); }
 std::vector<std::shared_ptr<DispatchMode>> mode_stack() {
   if (noModes()) return {};
   const auto& all = tls_stack->modes;
-  return {all.begin(), all.begin() + static_cast<std::ptrdiff_t>(tls_stack->size())};
+  std::vector<std::shared_ptr<DispatchMode>> out;
+  out.reserve(tls_stack->size());
+  for (size_t i = 0; i < tls_stack->size(); ++i) out.push_back(all[i].mode);
+  return out;
 }
 
-std::shared_ptr<DispatchMode> current_mode() { return noModes() ? nullptr : tls_stack->top(); }
+std::shared_ptr<DispatchMode> current_mode() { return noModes() ? nullptr : tls_stack->top().mode; }
 
 ModeGuard::ModeGuard(std::shared_ptr<DispatchMode> mode) : mode_(std::move(mode)) { push_mode(mode_); }
 
 ModeGuard::~ModeGuard() {
-  if (!noModes() && tls_stack->top() == mode_) {
+  if (!noModes() && tls_stack->top().mode == mode_) {
     tls_stack->pop();
     syncModeKey(*tls_stack);
     return;

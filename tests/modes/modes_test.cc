@@ -646,6 +646,112 @@ TEST(PassthroughMode, CallsTheOpBelowAndCounts) {
   EXPECT_EQ(foo.kernel_calls, 1);
 }
 
+// A mode on the fallback's own stack: records what it saw, runs the op below in
+// place, then doubles the result.
+struct DoublingBoxedMode : modes::BoxedDispatchMode {
+  void dispatch_boxed(const OperatorHandle& op, Stack& stack) override {
+    seen_args = stack.size();
+    seen_op = op.name();
+    stack_size_inside = modes::mode_stack_size();
+    mode_key_inside = modeKeyIncluded();
+    autograd_excluded_inside = tls_local_dispatch_key_set().excluded.has(DispatchKey::AutogradCPU);
+    if (fail) throw std::runtime_error("boxed mode failed");
+    if (drop_results) {
+      stack.clear();
+      return;
+    }
+    op.callBoxed(stack);
+    stack[0] = ops::mul(stack[0].toTensor(), 2.0);
+  }
+  std::string name() const override { return "doubling"; }
+  size_t seen_args = 0;
+  std::string seen_op;
+  size_t stack_size_inside = 99;
+  bool mode_key_inside = false;
+  bool autograd_excluded_inside = false;
+  bool fail = false;
+  bool drop_results = false;
+};
+
+TEST(BoxedDispatchMode, RunsOnTheFallbacksStackUnderTheSameRulesAsDispatch) {
+  CountingOp foo("mode_boxed");
+  std::vector<std::string> log;
+  auto below = std::make_shared<RecordingMode>("below", &log);
+  auto boxed = std::make_shared<DoublingBoxedMode>();
+  const Tensor x = ops::full({2}, 3.0);
+  const RawLocalDispatchKeySet before = strata::detail::tls_local_dispatch_key_set;
+  {
+    ModeGuard g1(below);
+    ModeGuard g2(boxed);
+    const Tensor y = foo.call(x);
+    EXPECT_EQ(values(y), (std::vector<float>{6, 6}));
+    // Off the stack while it ran, the layers above Mode excluded, the mode below next.
+    EXPECT_EQ(boxed->seen_op, "mode_boxed::foo");
+    EXPECT_EQ(boxed->seen_args, 1u);
+    EXPECT_EQ(boxed->stack_size_inside, 1u);
+    EXPECT_TRUE(boxed->mode_key_inside);
+    EXPECT_TRUE(boxed->autograd_excluded_inside);
+    // The op and the handler's own mul reach the mode below, a by-value one that gets its types.
+    EXPECT_THAT(log, ElementsAre("below:mode_boxed::foo", "below:core::mul.Scalar"));
+    EXPECT_EQ(below->last_types.str(), "(cpu:float32)");
+    EXPECT_EQ(modes::current_mode(), boxed);
+
+    // An exception leaves the stack and the TLS sets as they were.
+    boxed->fail = true;
+    EXPECT_THROW(foo.call(x), std::runtime_error);
+    EXPECT_EQ(modes::mode_stack_size(), 2u);
+    EXPECT_EQ(modes::current_mode(), boxed);
+    boxed->fail = false;
+
+    // What it leaves on the stack is checked against the schema, naming the handler.
+    boxed->drop_results = true;
+    EXPECT_THAT(errorOf([&] { foo.call(x); }),
+                HasSubstr("mode_boxed::foo: the dispatch_boxed() of mode doubling returned 0 value(s)"));
+    boxed->drop_results = false;
+  }
+  EXPECT_EQ(strata::detail::tls_local_dispatch_key_set.included, before.included);
+  EXPECT_EQ(strata::detail::tls_local_dispatch_key_set.excluded, before.excluded);
+  EXPECT_EQ(foo.kernel_calls, 1);
+
+  // Held as a DispatchMode, its by-value dispatch() is the same handler.
+  DispatchMode& as_base = *boxed;
+  const Stack out = as_base.dispatch(*foo.op, TensorTypes::of({x}), {x});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(values(out[0].toTensor()), (std::vector<float>{6, 6}));
+}
+
+struct RuledBoxedMode : modes::BoxedDispatchMode {
+  void dispatch_boxed(const OperatorHandle& op, Stack& stack) override {
+    ++own_calls;
+    op.callBoxed(stack);
+  }
+  int own_calls = 0;
+};
+
+TEST(BoxedDispatchMode, ATorchDispatchRuleForItsTypeRunsInstead) {
+  CountingOp foo("mode_boxed_rule");
+  const Tensor x = ops::ones({2});
+  auto mode = std::make_shared<RuledBoxedMode>();
+  ModeGuard g(mode);
+  foo.call(x);
+  EXPECT_EQ(mode->own_calls, 1);
+  int rule_calls = 0;
+  {
+    auto rule = modes::register_torch_dispatch<RuledBoxedMode>(
+        "mode_boxed_rule::foo", [&](RuledBoxedMode&, const OperatorHandle&, const TensorTypes& types, Stack args) {
+          ++rule_calls;
+          EXPECT_EQ(types.str(), "(cpu:float32)");
+          return Stack{ops::add(args[0].toTensor(), 1)};
+        });
+    EXPECT_EQ(values(foo.call(x)), (std::vector<float>{2, 2}));
+  }
+  EXPECT_EQ(rule_calls, 1);
+  EXPECT_EQ(mode->own_calls, 1);
+  foo.call(x);  // the rule is gone: its own handler again
+  EXPECT_EQ(mode->own_calls, 2);
+  EXPECT_EQ(foo.kernel_calls, 2);
+}
+
 TEST(ModeTypes, BuiltinsByNameAndRegisteredTypesWithOwners) {
   std::vector<std::string> names;
   for (const auto& t : modes::mode_types()) names.push_back(t.name);

@@ -24,7 +24,7 @@
 //   #include "mybundle.moc"
 //
 // bundle.json:
-//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 3, "minor": 3},
+//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 3, "minor": 4},
 //    "description": "...", "defines": ["mylib"], "implements": []}
 //
 // "defines": the namespaces whose DEF library the bundle holds; "implements": the
@@ -51,9 +51,10 @@
 // The minor changes when the SDK exports more: 1, the CUDA streams and the caching
 // allocator's API (strata/cuda.h), which a bundle built now may call and an older
 // host does not have; 2, pooled operator new/delete; 3, OperatorHandle::hasRules()
-// reads a field an older host's operators lack.
+// reads a field an older host's operators lack; 4, modes::BoxedDispatchMode, a
+// class an older host's modes library does not have.
 #define STRATA_SDK_ABI_MAJOR 3
-#define STRATA_SDK_ABI_MINOR 3
+#define STRATA_SDK_ABI_MINOR 4
 // The Qt plugin interface id of every Strata bundle.
 #define STRATA_BUNDLE_IID "org.strata.Bundle/1"
 

@@ -11,6 +11,14 @@
 //     strata::ops::add(x, y);  // reaches MyMode::dispatch
 //   }
 //
+//   struct Counter : strata::modes::BoxedDispatchMode {  // in place: for hot paths
+//     void dispatch_boxed(const OperatorHandle& op, Stack& stack) override {
+//       ++calls;
+//       op.callBoxed(stack);  // the layer below; its results replace the arguments
+//     }
+//     uint64_t calls = 0;
+//   };
+//
 //   auto rule = strata::modes::register_torch_dispatch<MyMode>("mylib::foo",
 //       [](MyMode& mode, const OperatorHandle& op, const TensorTypes& types, Stack args) -> Stack { ... });
 //
@@ -26,7 +34,8 @@
 // operators need nothing registered to work under modes. The fallback
 //   1. takes the top mode off the stack (PyTorch's _pop_mode_temporarily),
 //   2. looks up the operator's torch_dispatch rule for the mode's exact type (Note
-//      [Operator rules]); runs it if there is one, else the mode's dispatch(),
+//      [Operator rules]); runs it if there is one, else the mode's dispatch() (or,
+//      for a BoxedDispatchMode, its dispatch_boxed() on the fallback's own stack),
 //   3. puts the mode back on top when the handler returns or throws.
 // While a handler runs, the keys above Mode (autograd, autocast, vmap) are in the
 // TLS excluded set, as in PyTorch where __torch_dispatch__ runs below autograd. So a
@@ -114,6 +123,21 @@ class STRATA_MODES_API DispatchMode {
   virtual std::string name() const;
   // What the mode found, for people (`strata call --mode` prints it); "" for nothing.
   virtual std::string summary() const { return {}; }
+};
+
+// A mode that works on the fallback's stack in place: the C++ form for modes on a hot
+// path, which need neither the argument types nor a Stack of their own (a pass-through,
+// a counter, a timer). dispatch_boxed gets the checked arguments, defaults filled in,
+// on `stack` and leaves the op's results there; op.callBoxed(stack) runs the layer
+// below in place. Everything else is as for DispatchMode (Note [The mode stack]): the mode
+// is off the stack while it runs, a torch_dispatch rule for its type runs instead of
+// it, and its results are checked against the schema. It skips what the by-value form
+// costs per call: the TensorTypes of the arguments and two moves of the Stack.
+class STRATA_MODES_API BoxedDispatchMode : public DispatchMode {
+ public:
+  virtual void dispatch_boxed(const OperatorHandle& op, Stack& stack) = 0;
+  // The by-value form, for callers that hold a DispatchMode&: runs dispatch_boxed.
+  Stack dispatch(const OperatorHandle& op, const TensorTypes& types, Stack args) final;
 };
 
 // Runs op on args through the dispatcher (what a handler calls for "the layer
@@ -214,9 +238,9 @@ STRATA_MODES_API std::vector<ModeTypeInfo> mode_types();
 
 // --- Pass-through mode: calls the op below and returns (the unit of the benchmark's
 // mode stacks). ---
-class STRATA_MODES_API PassthroughMode final : public DispatchMode {
+class STRATA_MODES_API PassthroughMode final : public BoxedDispatchMode {
  public:
-  Stack dispatch(const OperatorHandle& op, const TensorTypes& types, Stack args) override;
+  void dispatch_boxed(const OperatorHandle& op, Stack& stack) override;
   std::string name() const override { return "passthrough"; }
   uint64_t calls() const { return calls_; }
 
