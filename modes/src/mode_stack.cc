@@ -327,6 +327,10 @@ Stack BoxedDispatchMode::dispatch(const OperatorHandle& op, const TensorTypes&, 
   return args;
 }
 
+Stack PassthroughMode::dispatch(const OperatorHandle& op, const TensorTypes& types, Stack args) {
+  return BoxedDispatchMode::dispatch(op, types, std::move(args));
+}
+
 void PassthroughMode::dispatch_boxed(const OperatorHandle& op, Stack& stack) {
   ++calls_;
   op.callBoxed(stack);

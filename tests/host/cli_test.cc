@@ -1418,7 +1418,7 @@ TEST(ExternalBundle, BuildsAndLoadsTheReadmeExample) {
   std::ofstream(dir + "/bundle.json") << "{\"name\": \"hello\", \"version\": \"1.2.0\",";
   EXPECT_NE(rebuild(), 0);
   EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: not valid JSON"));
-  std::ofstream(dir + "/bundle.json") << "{\"name\": \"hello\", \"version\": \"1.2\", \"abi\": {\"major\": 3, \"minor\": 3}, \"description\": \"d\"}";
+  std::ofstream(dir + "/bundle.json") << "{\"name\": \"hello\", \"version\": \"1.2\", \"abi\": {\"major\": " << STRATA_SDK_ABI_MAJOR << ", \"minor\": " << STRATA_SDK_ABI_MINOR << "}, \"description\": \"d\"}";
   EXPECT_NE(rebuild(), 0);
   EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"version\" '1.2' is not a semantic version"));
   EXPECT_THAT(log(), HasSubstr("strata_add_bundle(hello): "));

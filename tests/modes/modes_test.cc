@@ -650,6 +650,7 @@ TEST(PassthroughMode, CallsTheOpBelowAndCounts) {
 // place, then doubles the result.
 struct DoublingBoxedMode : modes::BoxedDispatchMode {
   void dispatch_boxed(const OperatorHandle& op, Stack& stack) override {
+    seen_stack = &stack;
     seen_args = stack.size();
     seen_op = op.name();
     stack_size_inside = modes::mode_stack_size();
@@ -664,6 +665,7 @@ struct DoublingBoxedMode : modes::BoxedDispatchMode {
     stack[0] = ops::mul(stack[0].toTensor(), 2.0);
   }
   std::string name() const override { return "doubling"; }
+  const Stack* seen_stack = nullptr;
   size_t seen_args = 0;
   std::string seen_op;
   size_t stack_size_inside = 99;
@@ -712,6 +714,18 @@ TEST(BoxedDispatchMode, RunsOnTheFallbacksStackUnderTheSameRulesAsDispatch) {
   EXPECT_EQ(strata::detail::tls_local_dispatch_key_set.included, before.included);
   EXPECT_EQ(strata::detail::tls_local_dispatch_key_set.excluded, before.excluded);
   EXPECT_EQ(foo.kernel_calls, 1);
+
+  // In place: a boxed call's own Stack reaches the handler (the by-value path
+  // would hand it another object).
+  {
+    ModeGuard g(boxed);
+    Stack s{x};
+    foo.op->callBoxed(s);
+    EXPECT_EQ(boxed->seen_stack, &s);
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(values(s[0].toTensor()), (std::vector<float>{6, 6}));
+  }
+  EXPECT_EQ(foo.kernel_calls, 2);
 
   // Held as a DispatchMode, its by-value dispatch() is the same handler.
   DispatchMode& as_base = *boxed;

@@ -33,7 +33,10 @@
 //   read-modify-write, no shared cache line: each thread writes its own word.
 //   The boxed entry points (callBoxed, redispatchBoxed: what a mode's or a boxed
 //   fallback's handler calls from inside a call) enter only when the thread is at
-//   depth 0: a nested section would protect nothing the outer one does not.
+//   depth 0: a nested section would protect nothing the outer one does not. That
+//   relies on sections and CallScopes nesting as scopes do (a CallScope is not
+//   copyable or movable; one held on the heap must also end after the calls made
+//   while it was held).
 // - Registry. A thread's first call links a node in its own TLS into a list (a slow
 //   path taken once per thread, allocating nothing); a pthread key's destructor
 //   unlinks it at thread exit. Key destructors run after C++ thread_local

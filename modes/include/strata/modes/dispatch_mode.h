@@ -133,11 +133,16 @@ class STRATA_MODES_API DispatchMode {
 // is off the stack while it runs, a torch_dispatch rule for its type runs instead of
 // it, and its results are checked against the schema. It skips what the by-value form
 // costs per call: the TensorTypes of the arguments and two moves of the Stack.
+// Mind the one trap of working in place: a handler that returns without touching the
+// stack leaves the arguments as the results, which the check accepts where their
+// types fit (foo(Tensor x) -> Tensor then returns x); the by-value form would have
+// returned nothing and failed.
 class STRATA_MODES_API BoxedDispatchMode : public DispatchMode {
  public:
   virtual void dispatch_boxed(const OperatorHandle& op, Stack& stack) = 0;
   // The by-value form, for callers that hold a DispatchMode&: runs dispatch_boxed.
-  Stack dispatch(const OperatorHandle& op, const TensorTypes& types, Stack args) final;
+  // The fallback never calls it for this class: override dispatch_boxed, not this.
+  Stack dispatch(const OperatorHandle& op, const TensorTypes& types, Stack args) override;
 };
 
 // Runs op on args through the dispatcher (what a handler calls for "the layer
@@ -241,6 +246,9 @@ STRATA_MODES_API std::vector<ModeTypeInfo> mode_types();
 class STRATA_MODES_API PassthroughMode final : public BoxedDispatchMode {
  public:
   void dispatch_boxed(const OperatorHandle& op, Stack& stack) override;
+  // Kept as its own exported symbol: bundles built for SDK ABI 3.3 call it directly
+  // (the class is final), and must still load.
+  Stack dispatch(const OperatorHandle& op, const TensorTypes& types, Stack args) override;
   std::string name() const override { return "passthrough"; }
   uint64_t calls() const { return calls_; }
 
