@@ -4,7 +4,10 @@
 // under MODES pass-through modes, as bench/mode_bench.cc's mode_stack/N.
 // `strata_dispatch_count vmap|plain CALLS` runs vmap/muladd_rule/8's work (an op with
 // a batching rule vmapped over [8, 4] rows) or the op called plainly on the same
-// data, as vmap/muladd_plain/8: the difference is the vmap layer's overhead. Run it
+// data, as vmap/muladd_plain/8: the difference is the vmap layer's overhead. With
+// VMAP_IDENT set in the environment, `vmap` maps a function that returns its first
+// argument and calls no op: what vmap() itself costs (levels, wrapping two inputs,
+// unwrapping the output). Run it
 // under callgrind twice and take the difference, so start-up cancels out:
 //
 //   for n in 20000 40000; do valgrind --tool=callgrind --callgrind-out-file=/dev/null \
@@ -38,8 +41,10 @@ int runVmap(bool vmapped, long calls) {
   modes::register_vmap("dispatch_count_vm::muladd", bench::muladdVmapRule(op), lib);
   const Tensor x = ones({8, 4}), y = ones({8, 4});
   const auto f = modes::vmap([&op](const Tensor& p, const Tensor& q) { return op.call(p, q, 2.0); });
+  const auto g = modes::vmap([](const Tensor& p, const Tensor&) { return p; });
+  const bool ident = std::getenv("VMAP_IDENT") != nullptr;
   long results = 0;
-  for (long i = 0; i < calls; ++i) results += (vmapped ? f(x, y) : op.call(x, y, 2.0)).sizes()[0] == 8 ? 1 : 0;
+  for (long i = 0; i < calls; ++i) results += (vmapped ? (ident ? g(x, y) : f(x, y)) : op.call(x, y, 2.0)).sizes()[0] == 8 ? 1 : 0;
   std::printf("%ld results\n", results);
   return results == calls ? 0 : 1;
 }
