@@ -145,21 +145,24 @@ class AccumulateGrad final : public Node {
 class NotImplementedNode final : public Node {
  public:
   // The op's handle, not its name: the name is a string built only if a backward
-  // reaches this node (an operator's entry outlives its removal, so the handle stays valid).
-  NotImplementedNode(const OperatorHandle& op, bool disabled) : op_(op), disabled_(disabled) {}
+  // reaches this node (an operator's entry outlives its removal, so the handle stays
+  // valid). Whether the op's formula is switched off is asked then too, not on every
+  // forward: that question takes the dispatcher's lock, which would serialize every
+  // thread's calls to ops without a formula.
+  explicit NotImplementedNode(const OperatorHandle& op) : op_(op) {}
   std::string name() const override { return "NotImplemented"; }
   std::vector<Tensor> apply(std::vector<Tensor>&&) override {
     const std::string op = op_.name();
+    const bool disabled = !Dispatcher::singleton().isKernelEnabled(op_.operator_name(), DispatchKey::Autograd);
     STRATA_FAIL(NotImplemented, "trying to backward through ", op, " but no autograd formula was registered",
-                disabled_ ? std::string(" (its formula is switched off: strata kernel enable ") + op + " autograd)"
-                          : std::string(" (register one with register_autograd, or give the op a "
-                                        "CompositeImplicitAutograd kernel made of differentiable ops)"));
+                disabled ? std::string(" (its formula is switched off: strata kernel enable ") + op + " autograd)"
+                         : std::string(" (register one with register_autograd, or give the op a "
+                                       "CompositeImplicitAutograd kernel made of differentiable ops)"));
   }
   void setEdges(std::vector<Edge> e) { next_edges_ = std::move(e); }
 
  private:
   OperatorHandle op_;
-  bool disabled_;
 };
 
 }  // namespace detail
@@ -452,13 +455,15 @@ void notImplementedFallback(const OperatorHandle& op, DispatchKeySet ks, Stack& 
     runBelow(op, ks, stack);
     return;
   }
-  const Stack inputs(stack.begin(), stack.begin() + static_cast<std::ptrdiff_t>(std::min(n, stack.size())));
+  // The arguments, kept for after the op has run (a pooled Stack: no allocation).
+  PooledStack kept;
+  Stack& inputs = *kept;
+  inputs.assign(stack.begin(), stack.begin() + static_cast<std::ptrdiff_t>(std::min(n, stack.size())));
   checkInplace(op, schema, inputs);
   checkViewsCurrent(op, inputs);
   runBelow(op, ks, stack);
   bumpWritten(schema, inputs);
-  const bool disabled = !Dispatcher::singleton().isKernelEnabled(op.operator_name(), DispatchKey::Autograd);
-  auto node = std::make_shared<NotImplementedNode>(op, disabled);
+  auto node = std::make_shared<NotImplementedNode>(op);
   // Only the edges, numbered as collectEdges numbers them (one per tensor slot): the
   // node never runs a formula, so it keeps no slots, input metadata or needs.
   std::vector<Edge> edges;
