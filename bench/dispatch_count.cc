@@ -1,7 +1,10 @@
 // Exact instruction counts for the dispatch paths, where timings on a shared VM
 // are noisy: `strata_dispatch_count MODES CALLS [boxed]` calls a muladd-shaped op
 // CALLS times (typed, or boxed with the stack built per call, as boxed/muladd does)
-// under MODES pass-through modes, as bench/mode_bench.cc's mode_stack/N.
+// under MODES pass-through modes, as bench/mode_bench.cc's mode_stack/N. With
+// BOXED_REUSE set, `boxed` refills one reserved Stack instead of building a new one:
+// the boxed call without the vector's allocation (what a Stack with values in place
+// would save).
 // `strata_dispatch_count vmap|plain CALLS` runs vmap/muladd_rule/8's work (an op with
 // a batching rule vmapped over [8, 4] rows) or the op called plainly on the same
 // data, as vmap/muladd_plain/8: the difference is the vmap layer's overhead. With
@@ -73,8 +76,18 @@ int main(int argc, char** argv) {
     guards.push_back(std::make_unique<modes::ModeGuard>(std::make_shared<modes::PassthroughMode>()));
   }
   long results = 0;
+  const bool reuse = std::getenv("BOXED_REUSE") != nullptr;
+  Stack kept;
+  kept.reserve(8);
   for (long i = 0; i < calls; ++i) {
-    if (boxed) {
+    if (boxed && reuse) {
+      kept.clear();
+      kept.emplace_back(a);
+      kept.emplace_back(b);
+      kept.emplace_back(2.0);
+      h.callBoxed(kept);
+      results += static_cast<long>(kept.size());
+    } else if (boxed) {
       Stack st{a, b, 2.0};
       h.callBoxed(st);
       results += static_cast<long>(st.size());
