@@ -153,15 +153,29 @@ class NotImplementedNode final : public Node {
   std::string name() const override { return "NotImplemented"; }
   std::vector<Tensor> apply(std::vector<Tensor>&&) override {
     const std::string op = op_.name();
-    const bool disabled = !Dispatcher::singleton().isKernelEnabled(op_.operator_name(), DispatchKey::Autograd);
-    STRATA_FAIL(NotImplemented, "trying to backward through ", op, " but no autograd formula was registered",
-                disabled ? std::string(" (its formula is switched off: strata kernel enable ") + op + " autograd)"
-                         : std::string(" (register one with register_autograd, or give the op a "
-                                       "CompositeImplicitAutograd kernel made of differentiable ops)"));
+    Dispatcher& d = Dispatcher::singleton();
+    std::string why;
+    if (!d.isKernelEnabled(op_.operator_name(), DispatchKey::Autograd)) {
+      why = " (its formula is switched off: strata kernel enable " + op + " autograd)";
+    } else if (hasFormulaNow(d)) {
+      // Switched back on, or registered, after the forward ran: its graph has none.
+      why = " when its forward ran (its formula was switched off or not yet registered then; run the forward again)";
+    } else {
+      why = " (register one with register_autograd, or give the op a CompositeImplicitAutograd kernel made of "
+            "differentiable ops)";
+    }
+    STRATA_FAIL(NotImplemented, "trying to backward through ", op, " but no autograd formula was registered", why);
   }
   void setEdges(std::vector<Edge> e) { next_edges_ = std::move(e); }
 
  private:
+  bool hasFormulaNow(Dispatcher& d) const {
+    for (const RegistrationInfo& r : d.registrations(op_.operator_name())) {
+      if (r.what == RegistrationInfo::What::Impl && r.key == DispatchKey::Autograd && r.enabled) return true;
+    }
+    return false;
+  }
+
   OperatorHandle op_;
 };
 

@@ -469,6 +469,18 @@ TEST(RegisterAutograd, AFormulaIsARegistrationLikeAnyOther) {
     EXPECT_THAT(errorOf([&] { ops::sum(f.call(x)).backward(); }),
                 HasSubstr("no autograd formula was registered (its formula is switched off"));
   }
+  {
+    // The forward ran while it was off, the backward after it came back: the graph
+    // has no formula, and the message says when it was missing.
+    Tensor y;
+    {
+      KernelEnabledScope off("ag_reg::f", "autograd", false);
+      y = ops::sum(f.call(x));
+    }
+    EXPECT_THAT(errorOf([&] { y.backward(); }),
+                HasSubstr("no autograd formula was registered when its forward ran (its formula was switched off or "
+                          "not yet registered then; run the forward again)"));
+  }
   h.reset();
   EXPECT_THAT(errorOf([&] { ops::sum(f.call(x)).backward(); }), HasSubstr("no autograd formula was registered"));
 }
