@@ -1,5 +1,6 @@
 #include "strata/ivalue.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -207,6 +208,47 @@ std::string IValue::repr() const {
 }
 
 std::ostream& operator<<(std::ostream& os, const IValue& v) { return os << v.repr(); }
+
+// ---------------------------------------------------------------------------
+// Stack (Note [Stacks in place] in strata/ivalue.h).
+
+void Stack::grow(size_t n) {
+  if (n > max_size()) STRATA_FAIL(Index, "a Stack of ", n, " values is more than the ", max_size(), " a Stack holds");
+  auto* block = static_cast<IValue*>(::operator new(n * sizeof(IValue)));
+  for (size_t i = 0; i < size_; ++i) {
+    new (block + i) IValue(std::move(data_[i]));
+    data_[i].~IValue();
+  }
+  releaseHeap();
+  data_ = block;
+  capacity_ = static_cast<uint32_t>(n);
+}
+
+Stack::iterator Stack::insert(const_iterator pos, IValue* first, IValue* last, bool) {
+  const size_t at = static_cast<size_t>(pos - data_);
+  const size_t n = static_cast<size_t>(last - first);
+  if (at > size_) STRATA_FAIL(Index, "Stack::insert at ", at, " of a Stack of ", size_, " values");
+  if (n == 0) return data_ + at;
+  if (size_ + n > capacity_) grow(std::max(growth(size_ + n), static_cast<size_t>(size_) + n));
+  // Shift the tail up by n (move-construct into the new end, move-assign the rest).
+  const size_t old = size_;
+  for (size_t i = old; i > at; --i) {
+    const size_t from = i - 1, to = from + n;
+    if (to >= old) new (data_ + to) IValue(std::move(data_[from]));
+    else data_[to] = std::move(data_[from]);
+  }
+  for (size_t k = 0; k < n; ++k) {
+    const size_t to = at + k;
+    if (to >= old) new (data_ + to) IValue(std::move(first[k]));
+    else data_[to] = std::move(first[k]);
+  }
+  size_ = static_cast<uint32_t>(old + n);
+  return data_ + at;
+}
+
+void Stack::throwOutOfRange(size_t i) {
+  STRATA_FAIL(Index, "Stack::at(", i, "): out of range");
+}
 
 IValue pop(Stack& stack) {
   STRATA_CHECK(!stack.empty(), Index, "pop: the stack is empty");

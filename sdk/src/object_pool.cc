@@ -1,14 +1,13 @@
 // Per-thread free lists for the small objects every op makes and drops: a tensor's
 // TensorImpl and StorageImpl, a wrapper tensor's TensorWrapper (Note [Small object
-// pools] in strata/intrusive_ptr.h), and the Stacks typed calls box into (Note
-// [Pooled stacks] in strata/ivalue.h).
+// pools] in strata/intrusive_ptr.h). Stacks need none: they hold their values in
+// place (Note [Stacks in place] in strata/ivalue.h).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <new>
 
 #include "strata/intrusive_ptr.h"
-#include "strata/ivalue.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define STRATA_POOL_OBJECTS 0
@@ -36,14 +35,9 @@ struct FreeBlock {
   FreeBlock* next;
 };
 
-constexpr size_t kMaxStacks = 8;          // Stacks kept per thread
-constexpr size_t kMaxStackCapacity = 64;  // values; a larger one is freed
-
 struct Pool {
   FreeBlock* head[kClasses] = {};
   uint32_t count[kClasses] = {};
-  Stack stacks[kMaxStacks];
-  size_t num_stacks = 0;
   ~Pool() {
     for (size_t c = 0; c < kClasses; ++c) {
       while (FreeBlock* b = head[c]) {
@@ -114,32 +108,10 @@ void pool_free(void* p, size_t bytes) noexcept {
   ::operator delete(p);
 }
 
-Stack take_pooled_stack() noexcept {
-  Pool* pool = t_pool;
-  if (pool != nullptr && pool->num_stacks > 0) return std::move(pool->stacks[--pool->num_stacks]);
-  return Stack();
-}
-
-void return_pooled_stack(Stack&& stack) noexcept {
-  Pool* pool = t_pool;
-  if (__builtin_expect(pool == nullptr, 0)) {
-    if (t_pool_gone || stack.capacity() == 0) return;
-    pool = makePool();  // the thread's first boxed call (allocation failure: not pooled)
-    if (pool == nullptr) return;
-  }
-  // Cleared first: destroying its values may run code that boxes again (and returns
-  // a Stack of its own), so the count is read after.
-  stack.clear();
-  if (pool->num_stacks == kMaxStacks || stack.capacity() > kMaxStackCapacity) return;
-  pool->stacks[pool->num_stacks++] = std::move(stack);
-}
-
 #else  // sanitizers: every object its own allocation, so use-after-free is caught
 
 void* pool_allocate(size_t bytes) { return ::operator new(bytes); }
 void pool_free(void* p, size_t) noexcept { ::operator delete(p); }
-Stack take_pooled_stack() noexcept { return Stack(); }
-void return_pooled_stack(Stack&& stack) noexcept { Stack dropped(std::move(stack)); }
 
 #endif
 

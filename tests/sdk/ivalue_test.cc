@@ -139,6 +139,129 @@ TEST(IValueTest, EqualityAndRepr) {
   EXPECT_EQ(IValue().repr(), "None");
 }
 
+std::vector<int64_t> ints(const Stack& s) {
+  std::vector<int64_t> out;
+  for (const IValue& v : s) out.push_back(v.toInt());
+  return out;
+}
+Stack iota(int64_t n) {
+  Stack s;
+  for (int64_t i = 0; i < n; ++i) s.emplace_back(i);
+  return s;
+}
+
+// Note [Stacks in place]: a Stack is a vector whose first values live in the object.
+TEST(StackTest, HoldsItsFirstValuesInPlaceAndMovesToTheHeapAfter) {
+  Stack s;
+  EXPECT_TRUE(s.inPlace());
+  EXPECT_EQ(s.capacity(), Stack::kInline);
+  for (int64_t i = 0; i < static_cast<int64_t>(Stack::kInline); ++i) s.push_back(IValue(i));
+  EXPECT_TRUE(s.inPlace());
+  s.emplace_back(zeros({2}));  // one more: to the heap, the values kept
+  EXPECT_FALSE(s.inPlace());
+  EXPECT_GT(s.capacity(), Stack::kInline);
+  ASSERT_EQ(s.size(), Stack::kInline + 1);
+  for (int64_t i = 0; i < static_cast<int64_t>(Stack::kInline); ++i) EXPECT_EQ(s[static_cast<size_t>(i)].toInt(), i);
+  EXPECT_TRUE(s.back().isTensor());
+  s.pop_back();
+  EXPECT_EQ(s.size(), Stack::kInline);
+  s.clear();
+  EXPECT_TRUE(s.empty());
+}
+
+TEST(StackTest, PushingOneOfItsOwnValuesWhenFullIsSafe) {
+  Stack s = iota(static_cast<int64_t>(Stack::kInline));
+  s.push_back(s[0]);  // the reference points into the block that grows
+  s.emplace_back(s[1]);
+  const Stack big = iota(40);
+  Stack t = big;
+  t.push_back(t[3]);
+  EXPECT_EQ(s[Stack::kInline].toInt(), 0);
+  EXPECT_EQ(s[Stack::kInline + 1].toInt(), 1);
+  EXPECT_EQ(t.back().toInt(), 3);
+  s.resize(60, s[2]);
+  EXPECT_EQ(s.back().toInt(), 2);
+}
+
+TEST(StackTest, CopiesMovesAndSwapsInPlaceAndOnTheHeap) {
+  for (int64_t a : {0, 3, 8, 20}) {
+    for (int64_t b : {0, 2, 9, 33}) {
+      Stack x = iota(a), y = iota(b);
+      for (IValue& v : y) v = IValue(v.toInt() + 100);
+      const std::vector<int64_t> xs = ints(x), ys = ints(y);
+      x.swap(y);
+      EXPECT_EQ(ints(x), ys) << a << " " << b;
+      EXPECT_EQ(ints(y), xs) << a << " " << b;
+      swap(x, y);
+      EXPECT_EQ(ints(x), xs);
+      Stack c = x;  // copy
+      EXPECT_EQ(ints(c), xs);
+      Stack m = std::move(c);  // move: c is left empty, usable
+      EXPECT_EQ(ints(m), xs);
+      EXPECT_TRUE(c.empty());  // NOLINT(bugprone-use-after-move): defined, as for vector
+      c.push_back(IValue(int64_t{7}));
+      EXPECT_EQ(ints(c), std::vector<int64_t>{7});
+      m = y;  // copy-assign over values
+      EXPECT_EQ(ints(m), ys);
+      m = std::move(x);
+      EXPECT_EQ(ints(m), xs);
+      m = m;  // NOLINT: self-assignment keeps the values
+      EXPECT_EQ(ints(m), xs);
+    }
+  }
+}
+
+TEST(StackTest, InsertsAndErasesAnywhereAsAVectorDoes) {
+  for (int64_t n : {0, 1, 5, 7, 8, 12}) {
+    for (int64_t at = 0; at <= n; ++at) {
+      for (int64_t k : {1, 3, 10}) {
+        Stack s = iota(n);
+        std::vector<int64_t> want = ints(s);
+        std::vector<IValue> extra;
+        for (int64_t i = 0; i < k; ++i) extra.emplace_back(1000 + i);
+        auto it = s.insert(s.begin() + at, extra.begin(), extra.end());
+        for (int64_t i = 0; i < k; ++i) want.insert(want.begin() + at + i, 1000 + i);
+        EXPECT_EQ(it - s.begin(), at);
+        EXPECT_EQ(ints(s), want) << n << " " << at << " " << k;
+        it = s.erase(s.begin() + at, s.begin() + at + k);
+        want.erase(want.begin() + at, want.begin() + at + k);
+        EXPECT_EQ(it - s.begin(), at);
+        EXPECT_EQ(ints(s), want);
+        s.insert(s.begin() + at, IValue(int64_t{-1}));
+        want.insert(want.begin() + at, -1);
+        EXPECT_EQ(ints(s), want);
+        s.erase(s.begin() + at);
+        want.erase(want.begin() + at);
+        EXPECT_EQ(ints(s), want);
+      }
+    }
+  }
+  Stack s = iota(4);
+  s.insert(s.begin() + 1, s.begin(), s.end());  // a range of its own values
+  EXPECT_EQ(ints(s), (std::vector<int64_t>{0, 0, 1, 2, 3, 1, 2, 3}));
+}
+
+TEST(StackTest, ConvertsToAndFromAVectorAndChecksAt) {
+  std::vector<IValue> v{IValue(int64_t{1}), IValue(zeros({3})), IValue(2.5)};
+  Stack s = v;
+  EXPECT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[1].toTensor().unsafeGetTensorImpl(), v[1].toTensor().unsafeGetTensorImpl());  // shared, as copies share
+  const std::vector<IValue> back = s;
+  EXPECT_EQ(back.size(), 3u);
+  EXPECT_EQ(s.vec()[2].toDouble(), 2.5);
+  Stack moved(std::move(v));
+  EXPECT_EQ(moved.size(), 3u);
+  EXPECT_TRUE(s == moved);
+  moved.resize(1);
+  EXPECT_FALSE(s == moved);
+  EXPECT_EQ(s.at(2).toDouble(), 2.5);
+  EXPECT_THROW(s.at(3), Error);
+  Stack r{IValue(int64_t{1}), IValue(int64_t{2}), IValue(int64_t{3})};
+  EXPECT_EQ(ints(Stack(r.rbegin(), r.rend())), (std::vector<int64_t>{3, 2, 1}));
+  r.assign(5, IValue(int64_t{9}));
+  EXPECT_EQ(ints(r), (std::vector<int64_t>(5, 9)));
+}
+
 TEST(StackTest, PushPopPeekDrop) {
   Stack s;
   push(s, zeros({1}), 2.0, int64_t{3});

@@ -13,7 +13,11 @@
 #pragma once
 
 #include <complex>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <iterator>
+#include <new>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -313,26 +317,271 @@ STRATA_API std::ostream& operator<<(std::ostream& os, const IValue& v);
 
 // The argument stack of a boxed call: arguments in schema order on entry,
 // results in schema order on return.
-using Stack = std::vector<IValue>;
+//
+// Note [Stacks in place]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A Stack is std::vector<IValue>'s interface with the first kInline values held in
+// the object itself, so the stacks of nearly every call (a local `Stack st{a, b,
+// 2.0}`, a typed call boxed to reach a dispatch mode, an autocast or vmap rule, or
+// any boxed fallback) never touch the heap: on the VMs we measure on, malloc and
+// free were about a third of a boxed call. A longer stack moves to the heap as a
+// vector does. Two differences from std::vector, both as for llvm::SmallVector:
+// moving a Stack moves its values one by one when they are in place (a few
+// 16-byte copies), and iterators and references are invalidated by that move.
+// It converts to and from std::vector<IValue> (a copy, or a move of the values).
+// Its layout is part of the SDK ABI (a major version, see plugin.h).
+class STRATA_API Stack {
+ public:
+  using value_type = IValue;
+  using size_type = size_t;
+  using difference_type = std::ptrdiff_t;
+  using reference = IValue&;
+  using const_reference = const IValue&;
+  using pointer = IValue*;
+  using const_pointer = const IValue*;
+  using iterator = IValue*;
+  using const_iterator = const IValue*;
+  using reverse_iterator = std::reverse_iterator<iterator>;
+  using const_reverse_iterator = std::reverse_iterator<const_iterator>;
+  static constexpr size_t kInline = 8;
 
-// Note [Pooled stacks]
-// ~~~~~~~~~~~~~~~~~~~~
-// A typed call that reaches a boxed kernel (a dispatch mode, an autocast or vmap
-// rule, any boxed fallback) boxes its arguments into a Stack: a malloc and a free
-// per call, about a sixth of what one boxed layer costs. PooledStack lends it a
-// Stack kept by the thread (its capacity kept; at most 8 per thread, none above 64
-// values), empty on loan and cleared on return, so nested calls each get their own.
-// A kernel may swap the Stack's contents with another vector: what comes back is
-// pooled all the same.
-namespace detail {
-STRATA_API Stack take_pooled_stack() noexcept;
-STRATA_API void return_pooled_stack(Stack&& stack) noexcept;
-}  // namespace detail
+  Stack() noexcept : data_(inlineData()) {}
+  Stack(std::initializer_list<IValue> values) : Stack() { append(values.begin(), values.end()); }
+  explicit Stack(size_t n) : Stack() { resize(n); }
+  Stack(size_t n, const IValue& v) : Stack() { resize(n, v); }
+  template <typename It, typename = decltype(IValue(*std::declval<It>()))>
+  Stack(It first, It last) : Stack() {
+    append(first, last);
+  }
+  Stack(const std::vector<IValue>& v) : Stack() { append(v.begin(), v.end()); }  // NOLINT: as a vector converts
+  Stack(std::vector<IValue>&& v) : Stack() {  // NOLINT
+    reserve(v.size());
+    for (IValue& x : v) new (data_ + size_++) IValue(std::move(x));
+    v.clear();
+  }
+  Stack(const Stack& o) : Stack() { append(o.begin(), o.end()); }
+  Stack(Stack&& o) noexcept : Stack() { takeFrom(o); }
+  Stack& operator=(const Stack& o) {
+    if (this != &o) assign(o.begin(), o.end());
+    return *this;
+  }
+  Stack& operator=(Stack&& o) noexcept {
+    if (this != &o) {
+      clear();
+      releaseHeap();
+      takeFrom(o);
+    }
+    return *this;
+  }
+  Stack& operator=(std::initializer_list<IValue> values) {
+    assign(values.begin(), values.end());
+    return *this;
+  }
+  ~Stack() {
+    clear();
+    releaseHeap();
+  }
 
+  // A copy as a std::vector (the values are shared, as IValue copies share).
+  std::vector<IValue> vec() const& { return std::vector<IValue>(begin(), end()); }
+  std::vector<IValue> vec() && {
+    std::vector<IValue> out(std::make_move_iterator(begin()), std::make_move_iterator(end()));
+    clear();
+    return out;
+  }
+  operator std::vector<IValue>() const& { return vec(); }  // NOLINT: where a vector was taken
+  operator std::vector<IValue>() && { return std::move(*this).vec(); }  // NOLINT
+
+  size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  size_t capacity() const noexcept { return capacity_; }
+  size_t max_size() const noexcept { return size_t{1} << 28; }
+  bool inPlace() const noexcept { return data_ == inlineData(); }
+
+  IValue* data() noexcept { return data_; }
+  const IValue* data() const noexcept { return data_; }
+  iterator begin() noexcept { return data_; }
+  iterator end() noexcept { return data_ + size_; }
+  const_iterator begin() const noexcept { return data_; }
+  const_iterator end() const noexcept { return data_ + size_; }
+  const_iterator cbegin() const noexcept { return data_; }
+  const_iterator cend() const noexcept { return data_ + size_; }
+  reverse_iterator rbegin() noexcept { return reverse_iterator(end()); }
+  reverse_iterator rend() noexcept { return reverse_iterator(begin()); }
+  const_reverse_iterator rbegin() const noexcept { return const_reverse_iterator(end()); }
+  const_reverse_iterator rend() const noexcept { return const_reverse_iterator(begin()); }
+
+  IValue& operator[](size_t i) noexcept { return data_[i]; }
+  const IValue& operator[](size_t i) const noexcept { return data_[i]; }
+  IValue& at(size_t i) {
+    if (i >= size_) throwOutOfRange(i);
+    return data_[i];
+  }
+  const IValue& at(size_t i) const {
+    if (i >= size_) throwOutOfRange(i);
+    return data_[i];
+  }
+  IValue& front() noexcept { return data_[0]; }
+  const IValue& front() const noexcept { return data_[0]; }
+  IValue& back() noexcept { return data_[size_ - 1]; }
+  const IValue& back() const noexcept { return data_[size_ - 1]; }
+
+  void reserve(size_t n) {
+    if (n > capacity_) grow(n);
+  }
+  void shrink_to_fit() noexcept {}
+  void clear() noexcept {
+    for (size_t i = size_; i > 0; --i) data_[i - 1].~IValue();
+    size_ = 0;
+  }
+  void resize(size_t n) {
+    if (n < size_) {
+      truncate(n);
+      return;
+    }
+    reserve(n);
+    for (; size_ < n; ++size_) new (data_ + size_) IValue();
+  }
+  void resize(size_t n, const IValue& v) {
+    if (n < size_) {
+      truncate(n);
+      return;
+    }
+    if (n > capacity_) {
+      const IValue copy = v;  // v may live in this stack
+      grow(n);
+      for (; size_ < n; ++size_) new (data_ + size_) IValue(copy);
+      return;
+    }
+    for (; size_ < n; ++size_) new (data_ + size_) IValue(v);
+  }
+  template <typename... A>
+  IValue& emplace_back(A&&... a) {
+    if (__builtin_expect(size_ == capacity_, 0)) {
+      IValue v(std::forward<A>(a)...);  // the arguments may refer into this stack
+      grow(growth(size_ + 1));
+      return *new (data_ + size_++) IValue(std::move(v));
+    }
+    return *new (data_ + size_++) IValue(std::forward<A>(a)...);
+  }
+  void push_back(const IValue& v) { emplace_back(v); }
+  void push_back(IValue&& v) { emplace_back(std::move(v)); }
+  void pop_back() noexcept { data_[--size_].~IValue(); }
+
+  iterator insert(const_iterator pos, IValue v) { return insert(pos, &v, &v + 1, true); }
+  iterator insert(const_iterator pos, size_t n, const IValue& v) {
+    Stack copies(n, v);
+    return insert(pos, copies.begin(), copies.end(), true);
+  }
+  template <typename It, typename = decltype(IValue(*std::declval<It>()))>
+  iterator insert(const_iterator pos, It first, It last) {
+    Stack values(first, last);  // the range may be part of this stack
+    return insert(pos, values.begin(), values.end(), true);
+  }
+  iterator insert(const_iterator pos, std::initializer_list<IValue> values) {
+    return insert(pos, values.begin(), values.end());
+  }
+  template <typename... A>
+  iterator emplace(const_iterator pos, A&&... a) {
+    return insert(pos, IValue(std::forward<A>(a)...));
+  }
+  iterator erase(const_iterator pos) noexcept { return erase(pos, pos + 1); }
+  iterator erase(const_iterator first, const_iterator last) noexcept {
+    IValue* f = data_ + (first - data_);
+    const size_t n = static_cast<size_t>(last - first);
+    if (n == 0) return f;
+    for (IValue* p = f; p + n < end(); ++p) *p = std::move(p[n]);
+    truncate(size_ - n);
+    return f;
+  }
+  template <typename It>
+  void assign(It first, It last) {
+    Stack values(first, last);
+    *this = std::move(values);
+  }
+  void assign(std::initializer_list<IValue> values) { assign(values.begin(), values.end()); }
+  void assign(size_t n, const IValue& v) { *this = Stack(n, v); }
+  void swap(Stack& o) noexcept {
+    if (this == &o) return;
+    if (!inPlace() && !o.inPlace()) {  // two heap blocks: as a vector swaps
+      std::swap(data_, o.data_);
+      std::swap(size_, o.size_);
+      std::swap(capacity_, o.capacity_);
+    } else if (size_ == 0 && inPlace()) {  // swapping into an empty stack is a move
+      takeFrom(o);
+    } else if (o.size_ == 0 && o.inPlace()) {
+      o.takeFrom(*this);
+    } else {
+      Stack t(std::move(o));
+      o = std::move(*this);
+      *this = std::move(t);
+    }
+  }
+  friend void swap(Stack& a, Stack& b) noexcept { a.swap(b); }
+
+ private:
+  IValue* inlineData() noexcept { return reinterpret_cast<IValue*>(inline_); }
+  const IValue* inlineData() const noexcept { return reinterpret_cast<const IValue*>(inline_); }
+  static size_t growth(size_t need) noexcept { return need < 16 ? 16 : need * 2; }
+  template <typename It>
+  void append(It first, It last) {
+    if constexpr (std::is_base_of_v<std::forward_iterator_tag, typename std::iterator_traits<It>::iterator_category>) {
+      reserve(size_ + static_cast<size_t>(std::distance(first, last)));
+    }
+    for (; first != last; ++first) emplace_back(*first);
+  }
+  void truncate(size_t n) noexcept {
+    while (size_ > n) data_[--size_].~IValue();
+  }
+  // Takes o's values (its heap block when it has one); o is left empty, in place.
+  void takeFrom(Stack& o) noexcept {
+    if (!o.inPlace()) {
+      data_ = o.data_;
+      size_ = o.size_;
+      capacity_ = o.capacity_;
+      o.data_ = o.inlineData();
+      o.capacity_ = kInline;
+      o.size_ = 0;
+      return;
+    }
+    for (size_t i = 0; i < o.size_; ++i) {
+      new (data_ + i) IValue(std::move(o.data_[i]));
+      o.data_[i].~IValue();
+    }
+    size_ = o.size_;
+    o.size_ = 0;
+  }
+  void releaseHeap() noexcept {
+    if (!inPlace()) {
+      ::operator delete(data_);
+      data_ = inlineData();
+      capacity_ = kInline;
+    }
+  }
+  // Moves the values to a heap block of at least n values.
+  void grow(size_t n);
+  iterator insert(const_iterator pos, IValue* first, IValue* last, bool /*owned: moved from*/);
+  [[noreturn]] static void throwOutOfRange(size_t i);
+
+  IValue* data_;
+  uint32_t size_ = 0;
+  uint32_t capacity_ = kInline;
+  alignas(IValue) unsigned char inline_[kInline * sizeof(IValue)];
+};
+
+inline bool operator==(const Stack& a, const Stack& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!(a[i] == b[i])) return false;
+  }
+  return true;
+}
+
+// Kept for code written before Stacks held their values in place: a Stack owned by
+// the caller's frame (Note [Stacks in place]), nothing pooled any more.
 class PooledStack {
  public:
-  PooledStack() noexcept : stack_(detail::take_pooled_stack()) {}
-  ~PooledStack() { detail::return_pooled_stack(std::move(stack_)); }
+  PooledStack() noexcept = default;
   PooledStack(const PooledStack&) = delete;
   PooledStack& operator=(const PooledStack&) = delete;
   Stack& operator*() noexcept { return stack_; }

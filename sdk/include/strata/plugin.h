@@ -24,7 +24,7 @@
 //   #include "mybundle.moc"
 //
 // bundle.json:
-//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 3, "minor": 4},
+//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 4, "minor": 0},
 //    "description": "...", "defines": ["mylib"], "implements": []}
 //
 // "defines": the namespaces whose DEF library the bundle holds; "implements": the
@@ -47,14 +47,17 @@
 // The SDK ABI: a bundle built against major M minor m loads in a host of major M
 // and minor >= m. The major changes when a change breaks built bundles: 2, the
 // TensorImpl layout; 3, typed calls (inlined into the bundle) mark their thread
-// for grace periods (strata/call_section.h), which an older bundle's calls miss.
+// for grace periods (strata/call_section.h), which an older bundle's calls miss;
+// 4, Stack holds its first values in place (Note [Stacks in place] in
+// strata/ivalue.h), so its layout is no longer std::vector's.
 // The minor changes when the SDK exports more: 1, the CUDA streams and the caching
 // allocator's API (strata/cuda.h), which a bundle built now may call and an older
 // host does not have; 2, pooled operator new/delete; 3, OperatorHandle::hasRules()
 // reads a field an older host's operators lack; 4, modes::BoxedDispatchMode, a
-// class an older host's modes library does not have.
-#define STRATA_SDK_ABI_MAJOR 3
-#define STRATA_SDK_ABI_MINOR 4
+// class an older host's modes library does not have (minors of major 3; major 4
+// starts again at 0).
+#define STRATA_SDK_ABI_MAJOR 4
+#define STRATA_SDK_ABI_MINOR 0
 // The Qt plugin interface id of every Strata bundle.
 #define STRATA_BUNDLE_IID "org.strata.Bundle/1"
 
