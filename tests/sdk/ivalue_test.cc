@@ -169,6 +169,18 @@ TEST(StackTest, HoldsItsFirstValuesInPlaceAndMovesToTheHeapAfter) {
   EXPECT_TRUE(s.empty());
 }
 
+TEST(StackTest, AValueThatFailsToBeMadeIsNotCounted) {
+  Stack s = iota(3);
+  const char* none = nullptr;  // std::string(nullptr) throws
+  EXPECT_ANY_THROW(s.emplace_back(none));
+  EXPECT_EQ(ints(s), (std::vector<int64_t>{0, 1, 2}));
+  s.emplace_back("ok");
+  EXPECT_EQ(s.back().toStringView(), "ok");
+  Stack full = iota(static_cast<int64_t>(Stack::kInline));
+  EXPECT_ANY_THROW(full.emplace_back(none));  // on the growing path too
+  EXPECT_EQ(full.size(), Stack::kInline);
+}
+
 TEST(StackTest, PushingOneOfItsOwnValuesWhenFullIsSafe) {
   Stack s = iota(static_cast<int64_t>(Stack::kInline));
   s.push_back(s[0]);  // the reference points into the block that grows

@@ -451,9 +451,9 @@ TEST_F(RefcountTest, OverAlignedWrappersAndPlacementNew) {
   placed->~PooledCounted();
 }
 
-// A typed call that reaches a boxed kernel borrows a pooled Stack (Note [Pooled
-// stacks]): calls nested deeper than the pool holds each get their own, and a kernel
-// that swaps in a vector of its own (larger than the pool keeps) gives correct results.
+// A typed call that reaches a boxed kernel boxes into a Stack in its own frame (Note
+// [Stacks in place]): nested calls each get their own, and a kernel that swaps in a
+// Stack of its own (larger than the values kept in place) gives correct results.
 TEST(PooledStackTest, NestedBoxedCallsAndSwappedStacks) {
   using Sig = int64_t(int64_t);
   static const TypedOperatorHandle<Sig>* down = nullptr;

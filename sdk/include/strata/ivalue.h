@@ -12,6 +12,7 @@
 // Thread safety: like a Tensor handle; an IValue may be copied across threads.
 #pragma once
 
+#include <algorithm>
 #include <complex>
 #include <cstddef>
 #include <cstdint>
@@ -439,7 +440,7 @@ class STRATA_API Stack {
       truncate(n);
       return;
     }
-    reserve(n);
+    if (n > capacity_) grow(std::max(n, growth(size_)));  // geometric, as a vector grows
     for (; size_ < n; ++size_) new (data_ + size_) IValue();
   }
   void resize(size_t n, const IValue& v) {
@@ -449,7 +450,7 @@ class STRATA_API Stack {
     }
     if (n > capacity_) {
       const IValue copy = v;  // v may live in this stack
-      grow(n);
+      grow(std::max(n, growth(size_)));
       for (; size_ < n; ++size_) new (data_ + size_) IValue(copy);
       return;
     }
@@ -460,9 +461,12 @@ class STRATA_API Stack {
     if (__builtin_expect(size_ == capacity_, 0)) {
       IValue v(std::forward<A>(a)...);  // the arguments may refer into this stack
       grow(growth(size_ + 1));
-      return *new (data_ + size_++) IValue(std::move(v));
+      return *new (data_ + size_++) IValue(std::move(v));  // a move: cannot throw
     }
-    return *new (data_ + size_++) IValue(std::forward<A>(a)...);
+    // Counted once made: an IValue constructor may throw (a string's allocation).
+    IValue* p = new (data_ + size_) IValue(std::forward<A>(a)...);
+    ++size_;
+    return *p;
   }
   void push_back(const IValue& v) { emplace_back(v); }
   void push_back(IValue&& v) { emplace_back(std::move(v)); }
@@ -522,7 +526,9 @@ class STRATA_API Stack {
  private:
   IValue* inlineData() noexcept { return reinterpret_cast<IValue*>(inline_); }
   const IValue* inlineData() const noexcept { return reinterpret_cast<const IValue*>(inline_); }
-  static size_t growth(size_t need) noexcept { return need < 16 ? 16 : need * 2; }
+  static size_t growth(size_t need) noexcept {
+    return need < 16 ? 16 : std::max(need, std::min(need * 2, size_t{1} << 28));
+  }
   template <typename It>
   void append(It first, It last) {
     if constexpr (std::is_base_of_v<std::forward_iterator_tag, typename std::iterator_traits<It>::iterator_category>) {

@@ -307,10 +307,9 @@ class STRATA_API KernelFunction {
 
   template <typename Return, typename... Args>
   __attribute__((noinline)) Return callThroughStack(const OperatorHandle& op, DispatchKeySet ks, Args... args) const {
-    // A pooled Stack (Note [Pooled stacks]), sized once, then filled in place: one
-    // out-of-line call rather than one push each.
-    PooledStack pooled;
-    Stack& stack = *pooled;
+    // A Stack in this frame (Note [Stacks in place]: no heap for up to 8
+    // arguments), sized once, then filled: cheaper than one push each.
+    Stack stack;
     stack.resize(sizeof...(Args));
     [&]<size_t... I>(std::index_sequence<I...>) {
       ((stack[I] = detail::boxing::boxArg(args)), ...);
