@@ -428,15 +428,15 @@ bool isMutable(const OperatorHandle& op, const detail::RuleData& rule) {
 // when no argument is batched at the level and the rule does not run unbatched:
 // the op is then not this level's (Note [vmap levels], 2).
 bool runRule(const OperatorHandle& op, Stack& stack, size_t base, const Level& level, const detail::RuleData& rule) {
-  // The arguments move to the rule's stack (a swap, when they are all of it).
-  Stack args;
-  if (base == 0) {
-    args.swap(stack);
-  } else {
-    args.assign(std::make_move_iterator(stack.begin() + static_cast<std::ptrdiff_t>(base)),
-                std::make_move_iterator(stack.end()));
+  // The rule works on the caller's stack when the arguments are all of it (the
+  // usual case: no values moved), else on a stack of their own.
+  Stack own;
+  if (base != 0) {
+    own.assign(std::make_move_iterator(stack.begin() + static_cast<std::ptrdiff_t>(base)),
+               std::make_move_iterator(stack.end()));
     stack.resize(base);
   }
+  Stack& args = base == 0 ? stack : own;
   Stack original;
   if (isMutable(op, rule)) original = args;
   InDimsLease lease;
@@ -444,9 +444,9 @@ bool runRule(const OperatorHandle& op, Stack& stack, size_t base, const Level& l
   std::optional<LevelPop> pop;
   pop.emplace();
   if (!unwrapForRule(op, args, level, in_dims) && !rule.runs_unbatched) {
+    // Nothing was unwrapped: the arguments are as they came.
     pop.reset();
-    if (base == 0) stack.swap(args);
-    else stack.insert(stack.end(), std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
+    if (base != 0) stack.insert(stack.end(), std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
     return false;
   }
   const bool observed = dispatch_observed();
@@ -457,10 +457,7 @@ bool runRule(const OperatorHandle& op, Stack& stack, size_t base, const Level& l
   }
   VmapResult result = rule.fn(VmapInfo{level.batch_size, level.randomness}, in_dims, args);
   if (observed) note_dispatch_step(note + ", out_dims " + dimsStr(result.out_dims));
-  if (base == 0) {
-    args.clear();
-    stack.swap(args);  // the caller's stack back, with its capacity
-  }
+  if (base == 0) stack.clear();  // the arguments (what the rule left of them) make way for the results
   pushRuleOutputs(op, result, original, stack, level);
   return true;
 }
