@@ -2,9 +2,9 @@
 // are noisy: `strata_dispatch_count MODES CALLS [boxed]` calls a muladd-shaped op
 // CALLS times (typed, or boxed with the stack built per call, as boxed/muladd does)
 // under MODES pass-through modes, as bench/mode_bench.cc's mode_stack/N. With
-// BOXED_REUSE set, `boxed` refills one reserved Stack instead of building a new one:
-// the boxed call without the vector's allocation (what a Stack with values in place
-// would save).
+// BOXED_REUSE set, `boxed` refills one Stack instead of building a new one from an
+// initializer list: the boxed call without the list's copies (and, before SDK ABI 4
+// kept a Stack's values in place, without the vector's allocation).
 // `strata_dispatch_count vmap|plain CALLS` runs vmap/muladd_rule/8's work (an op with
 // a batching rule vmapped over [8, 4] rows) or the op called plainly on the same
 // data, as vmap/muladd_plain/8: the difference is the vmap layer's overhead. With
@@ -78,7 +78,6 @@ int main(int argc, char** argv) {
   long results = 0;
   const bool reuse = std::getenv("BOXED_REUSE") != nullptr;
   Stack kept;
-  kept.reserve(8);
   for (long i = 0; i < calls; ++i) {
     if (boxed && reuse) {
       kept.clear();
