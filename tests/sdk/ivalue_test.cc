@@ -274,6 +274,21 @@ TEST(StackTest, ConvertsToAndFromAVectorAndChecksAt) {
   EXPECT_EQ(ints(r), (std::vector<int64_t>(5, 9)));
 }
 
+TEST(StackTest, BuildsValuesInPlaceInOrder) {
+  const Tensor t = zeros({2});
+  Stack few(std::in_place, IValue(t), IValue(2.0), IValue(int64_t{3}));
+  ASSERT_EQ(few.size(), 3u);
+  EXPECT_TRUE(few.inPlace());
+  EXPECT_EQ(few[0].toTensor().unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
+  EXPECT_EQ(few[1].toDouble(), 2.0);
+  EXPECT_EQ(few[2].toInt(), 3);
+  Stack many(std::in_place, IValue(int64_t{0}), IValue(int64_t{1}), IValue(int64_t{2}), IValue(int64_t{3}),
+             IValue(int64_t{4}), IValue(int64_t{5}), IValue(int64_t{6}), IValue(int64_t{7}), IValue(int64_t{8}),
+             IValue(int64_t{9}));
+  EXPECT_FALSE(many.inPlace());
+  EXPECT_EQ(ints(many), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
 TEST(StackTest, PushPopPeekDrop) {
   Stack s;
   push(s, zeros({1}), 2.0, int64_t{3});

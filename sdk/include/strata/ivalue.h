@@ -23,6 +23,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "strata/device.h"
@@ -360,6 +361,12 @@ class STRATA_API Stack {
     for (IValue& x : v) new (data_ + size_++) IValue(std::move(x));
     v.clear();
   }
+  // The values built in order, in place, none made first: for boxing a call.
+  template <typename... A>
+  explicit Stack(std::in_place_t, A&&... a) : Stack() {
+    if constexpr (sizeof...(A) > kInline) reserve(sizeof...(A));
+    (constructLast(std::forward<A>(a)), ...);
+  }
   Stack(const Stack& o) : Stack() { append(o.begin(), o.end()); }
   Stack(Stack&& o) noexcept : Stack() { takeFrom(o); }
   Stack& operator=(const Stack& o) {
@@ -535,6 +542,11 @@ class STRATA_API Stack {
       reserve(size_ + static_cast<size_t>(std::distance(first, last)));
     }
     for (; first != last; ++first) emplace_back(*first);
+  }
+  template <typename A>
+  void constructLast(A&& a) {  // room is there
+    new (data_ + size_) IValue(std::forward<A>(a));
+    ++size_;
   }
   void truncate(size_t n) noexcept {
     while (size_ > n) data_[--size_].~IValue();

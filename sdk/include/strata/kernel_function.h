@@ -308,12 +308,8 @@ class STRATA_API KernelFunction {
   template <typename Return, typename... Args>
   __attribute__((noinline)) Return callThroughStack(const OperatorHandle& op, DispatchKeySet ks, Args... args) const {
     // A Stack in this frame (Note [Stacks in place]: no heap for up to 8
-    // arguments), sized once, then filled: cheaper than one push each.
-    Stack stack;
-    stack.resize(sizeof...(Args));
-    [&]<size_t... I>(std::index_sequence<I...>) {
-      ((stack[I] = detail::boxing::boxArg(args)), ...);
-    }(std::index_sequence_for<Args...>{});
+    // arguments), its values built in place: no capacity check per value.
+    Stack stack(std::in_place, detail::boxing::boxArg(args)...);
     boxed_(functor_.get(), op, ks, &stack);
     if constexpr (std::is_void_v<Return>) {
       return;
