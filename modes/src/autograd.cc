@@ -469,10 +469,8 @@ void notImplementedFallback(const OperatorHandle& op, DispatchKeySet ks, Stack& 
     runBelow(op, ks, stack);
     return;
   }
-  // The arguments, kept for after the op has run (a pooled Stack: no allocation).
-  PooledStack kept;
-  Stack& inputs = *kept;
-  inputs.assign(stack.begin(), stack.begin() + static_cast<std::ptrdiff_t>(std::min(n, stack.size())));
+  // The arguments, kept for after the op has run (in place: no allocation).
+  const Stack inputs(stack.begin(), stack.begin() + static_cast<std::ptrdiff_t>(std::min(n, stack.size())));
   checkInplace(op, schema, inputs);
   checkViewsCurrent(op, inputs);
   runBelow(op, ks, stack);

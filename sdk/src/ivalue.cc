@@ -213,7 +213,9 @@ std::ostream& operator<<(std::ostream& os, const IValue& v) { return os << v.rep
 // Stack (Note [Stacks in place] in strata/ivalue.h).
 
 void Stack::grow(size_t n) {
-  if (n > max_size()) STRATA_FAIL(Index, "a Stack of ", n, " values is more than the ", max_size(), " a Stack holds");
+  if (n > max_size()) {
+    STRATA_FAIL(Index, "a Stack of ", n, " values: more than the ", max_size(), " values a Stack holds");
+  }
   auto* block = static_cast<IValue*>(::operator new(n * sizeof(IValue)));
   for (size_t i = 0; i < size_; ++i) {
     new (block + i) IValue(std::move(data_[i]));
@@ -227,7 +229,9 @@ void Stack::grow(size_t n) {
 Stack::iterator Stack::insert(const_iterator pos, IValue* first, IValue* last, bool) {
   const size_t at = static_cast<size_t>(pos - data_);
   const size_t n = static_cast<size_t>(last - first);
-  if (at > size_) STRATA_FAIL(Index, "Stack::insert at ", at, " of a Stack of ", size_, " values");
+  if (at > size_) {
+    STRATA_FAIL(Index, "Stack::insert at position ", at, ": past the end of a Stack of ", size_, " values");
+  }
   if (n == 0) return data_ + at;
   if (size_ + n > capacity_) grow(std::max(growth(size_ + n), static_cast<size_t>(size_) + n));
   // Shift the tail up by n (move-construct into the new end, move-assign the rest).
@@ -246,8 +250,8 @@ Stack::iterator Stack::insert(const_iterator pos, IValue* first, IValue* last, b
   return data_ + at;
 }
 
-void Stack::throwOutOfRange(size_t i) {
-  STRATA_FAIL(Index, "Stack::at(", i, "): out of range");
+void Stack::throwOutOfRange(size_t i, size_t size) {
+  STRATA_FAIL(Index, "Stack::at(", i, "): out of range for a Stack of ", size, " values");
 }
 
 IValue pop(Stack& stack) {

@@ -139,6 +139,16 @@ TEST(IValueTest, EqualityAndRepr) {
   EXPECT_EQ(IValue().repr(), "None");
 }
 
+std::string indexErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Index);
+    return e.what();
+  }
+  return "no error";
+}
+
 std::vector<int64_t> ints(const Stack& s) {
   std::vector<int64_t> out;
   for (const IValue& v : s) out.push_back(v.toInt());
@@ -267,7 +277,7 @@ TEST(StackTest, ConvertsToAndFromAVectorAndChecksAt) {
   moved.resize(1);
   EXPECT_FALSE(s == moved);
   EXPECT_EQ(s.at(2).toDouble(), 2.5);
-  EXPECT_THROW(s.at(3), Error);
+  EXPECT_THAT(indexErrorOf([&] { s.at(3); }), HasSubstr("Stack::at(3): out of range for a Stack of 3 values"));
   Stack r{IValue(int64_t{1}), IValue(int64_t{2}), IValue(int64_t{3})};
   EXPECT_EQ(ints(Stack(r.rbegin(), r.rend())), (std::vector<int64_t>{3, 2, 1}));
   r.assign(5, IValue(int64_t{9}));
@@ -287,6 +297,15 @@ TEST(StackTest, BuildsValuesInPlaceInOrder) {
              IValue(int64_t{9}));
   EXPECT_FALSE(many.inPlace());
   EXPECT_EQ(ints(many), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
+TEST(StackTest, RefusesWhatItCannotHoldAndInsertsPastItsEnd) {
+  Stack s = iota(3);
+  EXPECT_THAT(indexErrorOf([&] { s.reserve(Stack::kInline + (size_t{1} << 28)); }),
+              HasSubstr("values: more than the 268435456 values a Stack holds"));
+  EXPECT_THAT(indexErrorOf([&] { s.insert(s.begin() + 5, IValue(int64_t{9})); }),
+              HasSubstr("Stack::insert at position 5: past the end of a Stack of 3 values"));
+  EXPECT_EQ(ints(s), (std::vector<int64_t>{0, 1, 2}));  // nothing half-applied
 }
 
 TEST(StackTest, PushPopPeekDrop) {

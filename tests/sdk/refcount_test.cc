@@ -454,10 +454,10 @@ TEST_F(RefcountTest, OverAlignedWrappersAndPlacementNew) {
 // A typed call that reaches a boxed kernel boxes into a Stack in its own frame (Note
 // [Stacks in place]): nested calls each get their own, and a kernel that swaps in a
 // Stack of its own (larger than the values kept in place) gives correct results.
-TEST(PooledStackTest, NestedBoxedCallsAndSwappedStacks) {
+TEST(BoxedCallStackTest, NestedBoxedCallsAndSwappedStacks) {
   using Sig = int64_t(int64_t);
   static const TypedOperatorHandle<Sig>* down = nullptr;
-  Library lib(Library::DEF, "pooled_stack_test");
+  Library lib(Library::DEF, "boxed_stack_test");
   lib.def("down(int n) -> int");
   lib.def("swap(int n) -> int");
   lib.impl("down", CppFunction::makeFromBoxedFunctor([](const OperatorHandle&, Stack& stack) {
@@ -470,9 +470,9 @@ TEST(PooledStackTest, NestedBoxedCallsAndSwappedStacks) {
              big.push_back(IValue(stack.back().toInt() * 2));
              stack.swap(big);
            }), DispatchKey::CompositeExplicitAutograd);
-  static const auto d = Dispatcher::singleton().findSchemaOrThrow("pooled_stack_test::down", "").typed<Sig>();
+  static const auto d = Dispatcher::singleton().findSchemaOrThrow("boxed_stack_test::down", "").typed<Sig>();
   down = &d;
-  const auto sw = Dispatcher::singleton().findSchemaOrThrow("pooled_stack_test::swap", "").typed<Sig>();
+  const auto sw = Dispatcher::singleton().findSchemaOrThrow("boxed_stack_test::swap", "").typed<Sig>();
   for (int round = 0; round < 3; ++round) {
     EXPECT_EQ(d.call(30), 30);  // 31 stacks alive at the deepest point
     EXPECT_EQ(sw.call(21), 42);

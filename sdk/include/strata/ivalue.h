@@ -422,11 +422,11 @@ class STRATA_API Stack {
   IValue& operator[](size_t i) noexcept { return data_[i]; }
   const IValue& operator[](size_t i) const noexcept { return data_[i]; }
   IValue& at(size_t i) {
-    if (i >= size_) throwOutOfRange(i);
+    if (i >= size_) throwOutOfRange(i, size_);
     return data_[i];
   }
   const IValue& at(size_t i) const {
-    if (i >= size_) throwOutOfRange(i);
+    if (i >= size_) throwOutOfRange(i, size_);
     return data_[i];
   }
   IValue& front() noexcept { return data_[0]; }
@@ -579,7 +579,7 @@ class STRATA_API Stack {
   // Moves the values to a heap block of at least n values.
   void grow(size_t n);
   iterator insert(const_iterator pos, IValue* first, IValue* last, bool /*owned: moved from*/);
-  [[noreturn]] static void throwOutOfRange(size_t i);
+  [[noreturn]] static void throwOutOfRange(size_t i, size_t size);
 
   IValue* data_;
   uint32_t size_ = 0;
@@ -594,20 +594,6 @@ inline bool operator==(const Stack& a, const Stack& b) {
   }
   return true;
 }
-
-// Kept for code written before Stacks held their values in place: a Stack owned by
-// the caller's frame (Note [Stacks in place]), nothing pooled any more.
-class PooledStack {
- public:
-  PooledStack() noexcept = default;
-  PooledStack(const PooledStack&) = delete;
-  PooledStack& operator=(const PooledStack&) = delete;
-  Stack& operator*() noexcept { return stack_; }
-  Stack* operator->() noexcept { return &stack_; }
-
- private:
-  Stack stack_;
-};
 
 template <typename... Args>
 inline void push(Stack& stack, Args&&... args) {
