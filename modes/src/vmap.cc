@@ -33,7 +33,11 @@ struct VmapTls {
   std::vector<Level> visible;   // the level stack; the top is the current level
   std::vector<uint64_t> alive;  // every level whose vmap is running on this thread
   std::vector<InDims> spare_in_dims;  // a rule's in_dims, kept with their capacity
+  // Spent batched tensors, for makeBatched to reuse (Note [Reusing wrapper tensors] in
+  // strata/tensor.h).
+  std::vector<Tensor> spare_batched;
 };
+constexpr size_t kMaxSpareBatched = 16;
 
 // Level ids are unique in the process (not per thread), so a batched tensor that
 // reaches another thread is never taken for one of that thread's levels.
@@ -55,6 +59,7 @@ VmapTls& makeState() {
   owner.state->visible.reserve(8);
   owner.state->alive.reserve(8);
   owner.state->spare_in_dims.reserve(8);  // returned in a destructor: no allocation there
+  owner.state->spare_batched.reserve(kMaxSpareBatched);  // the same
   t_vmap = owner.state.get();
   return *t_vmap;
 }
@@ -147,10 +152,35 @@ Tensor makeBatched(Tensor value, int64_t bdim, uint64_t level) {
   Storage storage = value.storage();
   const ScalarType dtype = value.dtype();
   const int64_t offset = value.storage_offset();
+  if (t_vmap != nullptr && !t_vmap->spare_batched.empty()) {
+    // Note [Reusing wrapper tensors]: a spent one of this thread's, held by nothing else.
+    Tensor t = std::move(t_vmap->spare_batched.back());
+    t_vmap->spare_batched.pop_back();
+    TensorImpl* impl = t.unsafeGetTensorImpl();
+    auto* w = static_cast<BatchedWrapper*>(impl->wrapper());
+    impl->reset_wrapper(std::move(storage), dtype, IntArrayRef(sizes, n - 1), IntArrayRef(strides, n - 1), offset);
+    w->value = std::move(value);
+    w->bdim = bdim;
+    w->level = level;
+    return t;
+  }
   auto wrapper = make_intrusive<BatchedWrapper>(std::move(value), bdim, level);
   return Tensor(make_intrusive<TensorImpl>(std::move(storage), dtype, IntArrayRef(sizes, n - 1),
                                            IntArrayRef(strides, n - 1), offset, DispatchKeySet(DispatchKey::Batched),
                                            std::move(wrapper)));
+}
+
+void releaseBatched(Tensor&& t) noexcept {
+  Tensor spent = std::move(t);
+  if (t_vmap == nullptr || t_vmap->spare_batched.size() >= kMaxSpareBatched) return;
+  TensorImpl* impl = spent.unsafeGetTensorImpl();
+  if (impl == nullptr || !impl->unique_here() || impl->autograd_meta() != nullptr) return;
+  TensorWrapper* w = impl->wrapper();
+  if (w == nullptr || typeid(*w) != typeid(BatchedWrapper) || !w->unique_here()) return;
+  // Let go of what it wrapped now: a spent tensor holds nobody's data.
+  static_cast<BatchedWrapper*>(w)->value = Tensor();
+  impl->release_wrapper();
+  t_vmap->spare_batched.push_back(std::move(spent));  // reserved: no allocation
 }
 
 }  // namespace detail
@@ -173,6 +203,7 @@ Tensor get_unwrapped(const Tensor& t) {
   return b->value;
 }
 size_t vmap_depth() { return t_vmap != nullptr ? t_vmap->alive.size() : 0; }
+size_t vmap_spare_batched_tensors() { return t_vmap != nullptr ? t_vmap->spare_batched.size() : 0; }
 
 Tensor move_bdim_to_front(const Tensor& t, Dim bdim, int64_t batch_size) {
   if (bdim) return *bdim == 0 ? t : ops::movedim(t, *bdim, 0);
@@ -811,6 +842,8 @@ void VmapCall::enterChunk(size_t chunk) {
 void VmapCall::exitChunk() {
   if (!in_chunk_) return;
   in_chunk_ = false;
+  for (size_t i = 0; i < kept_inputs_; ++i) releaseBatched(std::move(inputs_[i]));
+  kept_inputs_ = 0;
   // The level is on top of the stack (a rule's LevelPop has put back what it took).
   VmapTls& s = state();
   for (size_t i = s.visible.size(); i > 0; --i) {
@@ -836,7 +869,9 @@ Tensor VmapCall::input(const Tensor& t) {
     const int64_t start = static_cast<int64_t>(chunk_) * step_, length = std::min(step_, batch_size_ - start);
     piece = t.wrapper() == nullptr ? t.slice(*d, start, start + length) : ops::narrow(t, *d, start, length);
   }
-  return makeBatched(std::move(piece), *d, level_);
+  Tensor batched = makeBatched(std::move(piece), *d, level_);
+  if (kept_inputs_ < kKeptInputs) inputs_[kept_inputs_++] = batched;
+  return batched;
 }
 
 std::vector<Tensor> VmapCall::inputList(const std::vector<Tensor>& ts) {
@@ -928,7 +963,9 @@ void VmapCall::finish(Leaves& leaves) {
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (leaves[i].tensor == nullptr) continue;
     LeafOut& r = results_[i];
+    Tensor spent = std::move(*leaves[i].tensor);  // the batched output, when fn returned one
     *leaves[i].tensor = r.chunks.size() > 1 && r.dim ? ops::cat(r.chunks, *r.dim) : std::move(r.first);
+    releaseBatched(std::move(spent));
   }
 }
 

@@ -15,15 +15,21 @@ class BatchedWrapper final : public TensorWrapper {
   std::string what() const override;
   std::string str() const override;
 
-  const Tensor value;  // plain, or batched at an outer level
-  const int64_t bdim;  // 0 <= bdim < value.dim()
-  const uint64_t level;
+  // Set when made, and again only when a spent one is reused (Note [Reusing wrapper
+  // tensors]): read them as constants.
+  Tensor value;  // plain, or batched at an outer level
+  int64_t bdim;  // 0 <= bdim < value.dim()
+  uint64_t level;
 };
 
 // The wrapper of a tensor batched at any level; null for any other tensor.
 const BatchedWrapper* batchedOf(const Tensor& t);
-// value seen without its dim bdim, batched at level.
+// value seen without its dim bdim, batched at level (a spent batched tensor of this
+// thread's reused when there is one).
 Tensor makeBatched(Tensor value, int64_t bdim, uint64_t level);
+// Keeps t for makeBatched to reuse when it is a batched tensor that nothing else holds
+// (Note [Reusing wrapper tensors] in strata/tensor.h); otherwise just drops it.
+void releaseBatched(Tensor&& t) noexcept;
 
 struct RuleData {
   RuleData(VmapRule f, bool unbatched) : fn(std::move(f)), runs_unbatched(unbatched) {}

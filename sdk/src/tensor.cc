@@ -176,6 +176,53 @@ TensorImpl::TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, Int
   key_set_ = computeKeySet(storage_->device(), false) | layer_keys;
 }
 
+namespace {
+[[noreturn]] void refuseWrapperReuse(const char* method) {
+  STRATA_FAIL(Internal, "TensorImpl::", method, ": only a wrapper tensor held by one handle on the thread that made "
+              "it, without autograd metadata, may be reused (Note [Reusing wrapper tensors])");
+}
+}  // namespace
+
+void TensorImpl::release_wrapper() {
+  if (__builtin_expect(!reusableWrapper(), 0)) refuseWrapperReuse("release_wrapper");
+  storage_.reset();
+}
+
+void TensorImpl::reset_wrapper(Storage storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides,
+                               int64_t storage_offset) {
+  // Note [Reusing wrapper tensors]
+  if (__builtin_expect(!reusableWrapper() || !storage || sizes.size() != strides.size(), 0)) {
+    refuseWrapperReuse("reset_wrapper");
+  }
+  bool symbolic = false;
+  for (size_t d = 0; d < sizes.size(); ++d) symbolic = symbolic || sizes[d] < 0 || strides[d] < 0;
+  symbolic = symbolic && (sym::anySymbolic(sizes) || sym::anySymbolic(strides));
+  int64_t numel = 1;
+  bool contiguous = true;
+  if (symbolic) {
+    numel = sym::product(sizes);
+    contiguous = computeContiguous<true>(sizes, strides);
+  } else {
+    // The sizes of a view of a tensor that was made, so the count fits (as checkedNumel checks).
+    bool empty = false;
+    for (const int64_t s : sizes) empty = empty || s == 0;
+    for (size_t d = 0; d < sizes.size() && !empty; ++d) {
+      if (__builtin_mul_overflow(numel, sizes[d], &numel)) refuseWrapperReuse("reset_wrapper (the element count)");
+    }
+    if (empty) numel = 0;
+    contiguous = computeContiguous<false>(sizes, strides);
+  }
+  storage_ = std::move(storage);
+  sizes_.assign(sizes);
+  strides_.assign(strides);
+  storage_offset_ = storage_offset;
+  dtype_ = dtype;
+  numel_ = numel;
+  is_contiguous_ = contiguous;
+  requires_grad_ = false;
+  key_set_ = computeKeySet(storage_->device(), false) | layer_keys_;
+}
+
 TensorWrapper::~TensorWrapper() = default;
 AutogradMetaInterface::~AutogradMetaInterface() = default;
 AutogradHooks::~AutogradHooks() = default;

@@ -275,6 +275,66 @@ TEST(VmapLevels, AnEscapedBatchedTensorIsAnError) {
               HasSubstr("escaped its own vmap"));
 }
 
+// Note [Reusing wrapper tensors]: a vmap's spent batched tensors are reused by the next
+// one on the thread; one the function kept is not, and a spent one holds no data.
+TEST(VmapLevels, SpentBatchedTensorsAreReusedHoldNoDataAndKeptOnesStayAsTheyWere) {
+  const Tensor x = rnd({3, 2});
+  const uint32_t x_storage_owners = x.storage()->use_count();
+  vmap([](const Tensor& t) { return ops::mul(t, 2.0); })(x);  // leaves its input and output spent
+  const size_t spares = modes::vmap_spare_batched_tensors();
+  ASSERT_GE(spares, 2u);
+  const TensorImpl* seen_in[2] = {};
+  const TensorImpl* seen_out[2] = {};
+  for (int call = 0; call < 2; ++call) {
+    const Tensor y = vmap([&](const Tensor& t) {
+      EXPECT_EQ(modes::vmap_spare_batched_tensors(), spares - 1) << "the input was made anew";
+      seen_in[call] = t.unsafeGetTensorImpl();
+      Tensor r = ops::mul(t, 2.0);
+      EXPECT_EQ(modes::vmap_spare_batched_tensors(), spares - 2) << "the output was made anew";
+      seen_out[call] = r.unsafeGetTensorImpl();
+      return r;
+    })(x);
+    EXPECT_EQ(modes::vmap_spare_batched_tensors(), spares);
+    EXPECT_TRUE(same(y, ops::mul(x, 2.0)));
+    EXPECT_FALSE(modes::is_batched(y));
+    EXPECT_EQ(x.storage()->use_count(), x_storage_owners) << "a spent batched tensor holds its value's data";
+  }
+  EXPECT_THAT((std::vector<const TensorImpl*>{seen_in[1], seen_out[1]}),
+              ::testing::UnorderedElementsAre(seen_in[0], seen_out[0]));
+
+  // Reused with other shapes, dtypes, batch dims and devices, the results are the loop's.
+  const Tensor a = ops::to(ops::mul(rnd({2, 5, 4}), 10.0), ScalarType::Long);
+  const auto sum0 = [](const Tensor& t) { return ops::sum(t, std::vector<int64_t>{0}); };
+  const Tensor s = vmap(sum0, 1)(a);
+  EXPECT_EQ(s.dtype(), ScalarType::Long);
+  EXPECT_TRUE(s.equal(loop([&](const std::vector<Tensor>& v) { return sum0(v[0]); }, {a}, {1})));
+  const Tensor m = empty({4}, TensorOptions(ScalarType::Double).with_device(kMeta));
+  const Tensor mm = vmap([](const Tensor& t) { return ops::unsqueeze(t, 0); })(m);
+  EXPECT_TRUE(mm.is_meta());
+  EXPECT_THAT(std::vector<int64_t>(mm.sizes().begin(), mm.sizes().end()), ElementsAre(4, 1));
+  const Tensor w = rnd({2, 3, 1, 2, 1, 2, 2});  // more dims than a tensor keeps in place
+  EXPECT_TRUE(same(vmap([](const Tensor& t) { return ops::mul(t, t); }, 3, 3)(w), ops::mul(w, w)));
+
+  // A batched tensor the function kept is not reused: it stays what it was.
+  Tensor kept;
+  vmap([&](const Tensor& t) {
+    kept = t;
+    return ops::add(t, 1.0);
+  })(x);
+  const auto kept_level = modes::maybe_get_level(kept);
+  for (int i = 0; i < 3; ++i) {
+    vmap([&](const Tensor& t) {
+      EXPECT_NE(t.unsafeGetTensorImpl(), kept.unsafeGetTensorImpl());
+      return ops::add(t, 1.0);
+    })(rnd({5, 7}));
+  }
+  EXPECT_EQ(modes::maybe_get_level(kept), kept_level);
+  EXPECT_LE(modes::vmap_spare_batched_tensors(), 16u);
+  EXPECT_EQ(modes::maybe_get_bdim(kept), Dim(0));
+  EXPECT_THAT(std::vector<int64_t>(kept.sizes().begin(), kept.sizes().end()), ElementsAre(2));
+  EXPECT_TRUE(modes::get_unwrapped(kept).equal(x));
+}
+
 TEST(VmapLevels, ABatchedTensorFromAnotherThreadIsAnError) {
   Tensor leaked;
   std::thread([&] {

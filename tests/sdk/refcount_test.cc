@@ -2,6 +2,7 @@
 // an owner of handles observes them: every object is destroyed exactly once, never
 // while a handle to it lives, whichever threads copied and dropped its handles and
 // in whatever order, and whether its creating thread is alive or not.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -449,6 +451,81 @@ TEST_F(RefcountTest, OverAlignedWrappersAndPlacementNew) {
   auto* placed = new (buf) PooledCounted(5);
   EXPECT_EQ(placed->value, 5);
   placed->~PooledCounted();
+}
+
+// Note [Reusing wrapper tensors]: a wrapper held by one handle on the thread that made
+// it may be spent and pointed at new metadata; any other is refused, unchanged.
+struct NoteWrapper : TensorWrapper {
+  std::string what() const override { return "a test wrapper"; }
+  std::string str() const override { return "NoteWrapper"; }
+};
+
+std::string internalErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Internal) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(RefcountTest, AWrapperHeldOnceOnItsThreadIsReusedAnyOtherIsRefused) {
+  const Tensor data = zeros({4, 6});
+  const Tensor t(make_intrusive<TensorImpl>(data.storage(), ScalarType::Float, std::vector<int64_t>{6},
+                                            std::vector<int64_t>{1}, 0, DispatchKeySet(DispatchKey::Batched),
+                                            make_intrusive<NoteWrapper>()));
+  TensorImpl* impl = t.unsafeGetTensorImpl();
+  const uint32_t storage_owners = data.storage()->use_count();
+  EXPECT_TRUE(impl->unique_here());
+  {
+    // A second handle: refused, nothing changed.
+    const Tensor copy = t;
+    EXPECT_FALSE(impl->unique_here());
+    EXPECT_THAT(internalErrorOf([&] { impl->release_wrapper(); }), ::testing::HasSubstr("release_wrapper"));
+    EXPECT_THAT(internalErrorOf([&] {
+                  impl->reset_wrapper(data.storage(), ScalarType::Long, std::vector<int64_t>{2, 3},
+                                      std::vector<int64_t>{3, 1}, 0);
+                }),
+                ::testing::HasSubstr("reset_wrapper"));
+    EXPECT_EQ(t.sizes()[0], 6);
+    EXPECT_EQ(t.dtype(), ScalarType::Float);
+    EXPECT_EQ(data.storage()->use_count(), storage_owners);
+  }
+  // Looked at from another thread, it is not that thread's to reuse.
+  bool unique_elsewhere = true;
+  std::thread([&] { unique_elsewhere = impl->unique_here(); }).join();
+  EXPECT_FALSE(unique_elsewhere);
+  // A plain tensor is no wrapper.
+  const Tensor plain = zeros({2});
+  EXPECT_TRUE(plain.unsafeGetTensorImpl()->unique_here());
+  EXPECT_THAT(internalErrorOf([&] { plain.unsafeGetTensorImpl()->release_wrapper(); }),
+              ::testing::HasSubstr("release_wrapper"));
+  // Spent, it holds no data; reset, it is the wrapper it would have been if made so.
+  impl->release_wrapper();
+  EXPECT_EQ(data.storage()->use_count(), storage_owners - 1);
+  const Tensor other = empty({5, 0, 2}, TensorOptions(ScalarType::Long).with_device(kMeta));
+  impl->reset_wrapper(other.storage(), ScalarType::Long, std::vector<int64_t>{5, 2}, std::vector<int64_t>{0, 1}, 3);
+  EXPECT_EQ(std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), (std::vector<int64_t>{5, 2}));
+  EXPECT_EQ(std::vector<int64_t>(t.strides().begin(), t.strides().end()), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(t.numel(), 10);
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_EQ(t.storage_offset(), 3);
+  EXPECT_EQ(t.dtype(), ScalarType::Long);
+  EXPECT_TRUE(t.is_meta());
+  EXPECT_EQ(t.key_set(), DispatchKeySet(DispatchKey::Meta).add(DispatchKey::Batched));
+  EXPECT_TRUE(t.is_alias_of(other));
+  // More dims than fit in place, then fewer again.
+  impl->reset_wrapper(data.storage(), ScalarType::Float, std::vector<int64_t>{1, 2, 1, 2, 1, 3, 1},
+                      std::vector<int64_t>{12, 6, 6, 3, 3, 1, 1}, 0);
+  EXPECT_EQ(t.dim(), 7);
+  EXPECT_EQ(t.numel(), 12);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.size(5), 3);
+  impl->reset_wrapper(data.storage(), ScalarType::Float, std::vector<int64_t>{0, 4}, std::vector<int64_t>{4, 1}, 0);
+  EXPECT_EQ(t.numel(), 0);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_TRUE(t.is_cpu());
 }
 
 // A typed call that reaches a boxed kernel boxes into a Stack in its own frame (Note

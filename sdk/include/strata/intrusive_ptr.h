@@ -139,6 +139,13 @@ class intrusive_ptr_target {
     const int64_t queued = (shared & kFlags) == kQueued ? 1 : 0;
     return static_cast<uint32_t>((shared >> kShift) + local_.load(std::memory_order_relaxed) - queued);
   }
+  // Whether the one owner is a handle on this thread, which made the object: no other
+  // thread holds it, nor can reach it but through that handle (so the holder may
+  // reuse it, Note [Reusing wrapper tensors] in strata/tensor.h). Exact.
+  bool unique_here() const noexcept {
+    return ownedHere() && local_.load(std::memory_order_relaxed) == 1 &&
+           shared_.load(std::memory_order_acquire) == 0;
+  }
 
  protected:
   intrusive_ptr_target() noexcept : owner_(detail::refcount::ownerForNewObject()) {}

@@ -58,6 +58,19 @@ class Tensor;
 // op (transpose, select, unsqueeze, reshape, view, slice, contiguous, clone,
 // to(dtype), copy_) call it, so the layer sees them as it sees any op. Plain
 // tensors pay one predictable branch in those methods and nothing elsewhere.
+//
+// Note [Reusing wrapper tensors]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A layer may make wrappers on every call (vmap: each input, each rule's output) and
+// drop them when the call returns. Making one is two objects from the pools, two
+// owner stamps and the metadata; freeing it is as much again, most of what a vmapped
+// call costs. So the layer may keep a spent wrapper to reuse: when a wrapper it made
+// is held by one handle alone, on the thread that made it (unique_here() on the impl
+// and on its TensorWrapper, no autograd metadata), nothing else can see it, and
+// TensorImpl::release_wrapper drops its storage (a spent wrapper never holds the data
+// it last wrapped, so keeping it costs a few hundred bytes, not a tensor) and
+// reset_wrapper points it at new metadata, as a fresh one would have. The spares are
+// per thread, bounded, and freed when the thread exits.
 class STRATA_API TensorWrapper : public intrusive_ptr_target {
  public:
   STRATA_POOLED_OBJECT  // Note [Small object pools]: every wrapper tensor makes one
@@ -113,6 +126,18 @@ class STRATA_API DimVector {
     }
     for (size_t i = 0; i < n_; ++i) p[i] = v[i];
   }
+  // v may not alias *this.
+  void assign(IntArrayRef v) {
+    int64_t* p = inline_;
+    if (v.size() > kInline) {
+      if (!heap_ || n_ < v.size()) heap_.reset(new int64_t[v.size()]);
+      p = heap_.get();
+    } else {
+      heap_.reset();
+    }
+    n_ = v.size();
+    for (size_t i = 0; i < n_; ++i) p[i] = v[i];
+  }
   const int64_t* data() const { return heap_ ? heap_.get() : inline_; }
   size_t size() const { return n_; }
   const int64_t* begin() const { return data(); }
@@ -149,6 +174,15 @@ class STRATA_API TensorImpl final : public intrusive_ptr_target {
   bool is_contiguous() const { return is_contiguous_; }
   // The layer's data of a wrapper tensor; null for a plain tensor.
   TensorWrapper* wrapper() const { return wrapper_.get(); }
+  // For a layer that reuses its wrapper tensors (Note [Reusing wrapper tensors]).
+  // Each REQUIRES a wrapper tensor without autograd metadata that no handle but the
+  // caller's holds (unique_here()), whose TensorWrapper no other impl holds; each
+  // throws Error(Internal), changing nothing, otherwise.
+  // Spends it: drops its storage (nothing may read it until reset_wrapper).
+  void release_wrapper();
+  // Points it at new metadata, as a wrapper made with them would be. sizes and
+  // strides may not alias this impl's.
+  void reset_wrapper(Storage storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
 
   // Sets the flag and the autograd key; no other check (Tensor::set_requires_grad
   // has the user-facing ones).
@@ -171,6 +205,9 @@ class STRATA_API TensorImpl final : public intrusive_ptr_target {
   // | layer_keys_.
   DispatchKeySet key_set_;
   DispatchKeySet layer_keys_;
+  bool reusableWrapper() const noexcept {
+    return wrapper_ && !autograd_meta_ && unique_here() && wrapper_->unique_here();
+  }
   std::unique_ptr<AutogradMetaInterface> autograd_meta_;
 };
 

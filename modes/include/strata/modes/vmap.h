@@ -124,6 +124,9 @@ STRATA_MODES_API Dim maybe_get_bdim(const Tensor& t);
 STRATA_MODES_API Tensor get_unwrapped(const Tensor& t);
 // How many vmaps are running on this thread (the level stack's depth, rules included).
 STRATA_MODES_API size_t vmap_depth();
+// How many spent batched tensors this thread keeps for its next vmaps to reuse (Note
+// [Reusing wrapper tensors] in strata/tensor.h), at most 16; for tests and diagnostics.
+STRATA_MODES_API size_t vmap_spare_batched_tensors();
 
 // t with its batch dim at 0: moved there, or (bdim None) a new dim of batch_size made
 // by expand (a view). functorch's moveBatchDimToFront + ensureHasBdim, for rules.
@@ -277,6 +280,11 @@ class STRATA_MODES_API VmapCall {
   uint64_t level_ = 0;
   std::string rng_state_;  // randomness "same" over chunks: each chunk draws the same
   SmallVec<LeafOut, 4> results_;
+  // The chunk's first batched inputs, released for reuse when it ends (Note [Reusing
+  // wrapper tensors] in strata/tensor.h).
+  static constexpr size_t kKeptInputs = 4;
+  Tensor inputs_[kKeptInputs];
+  size_t kept_inputs_ = 0;
 };
 
 template <typename T>
