@@ -203,6 +203,13 @@ TEST(VmapLevels, NestedVmapsWithDifferentInDims) {
   const Tensor y = vmap(inner, 0)(x);
   EXPECT_THAT(std::vector<int64_t>(y.sizes().begin(), y.sizes().end()), ElementsAre(2, 4));
   EXPECT_TRUE(same(y, ops::sum(ops::mul(x, x), std::vector<int64_t>{1})));
+  // A thread takes its level ids in blocks; across a block's end the outer level is
+  // still the outer one.
+  const Tensor z = rnd({2, 2});
+  const auto outer = vmap(vmap([](const Tensor& t) { return ops::mul(t, t); }));
+  for (int i = 0; i < 1500; ++i) {
+    ASSERT_TRUE(same(outer(z), ops::mul(z, z))) << "call " << i;
+  }
 }
 
 TEST(VmapLevels, ARuleSeesOnlyItsLevel) {
@@ -333,6 +340,30 @@ TEST(VmapLevels, SpentBatchedTensorsAreReusedHoldNoDataAndKeptOnesStayAsTheyWere
   EXPECT_EQ(modes::maybe_get_bdim(kept), Dim(0));
   EXPECT_THAT(std::vector<int64_t>(kept.sizes().begin(), kept.sizes().end()), ElementsAre(2));
   EXPECT_TRUE(modes::get_unwrapped(kept).equal(x));
+}
+
+// A rule's out_dims keep four Dims in place and behave as a std::vector<Dim> past that.
+TEST(RegisterVmap, OutDimsAreAVectorOfDims) {
+  modes::DimList d{0, std::nullopt};
+  EXPECT_EQ(d.size(), 2u);
+  for (int64_t i = 2; i < 9; ++i) d.push_back(i);  // past the four in place
+  std::vector<Dim> want{0, std::nullopt, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_EQ(std::vector<Dim>(d), want);
+  modes::DimList copy = d;
+  modes::DimList moved = std::move(d);
+  EXPECT_TRUE(d.empty());
+  EXPECT_EQ(copy, moved);
+  EXPECT_EQ(moved.back(), Dim(8));
+  moved.resize(3);
+  EXPECT_EQ(std::vector<Dim>(moved), (std::vector<Dim>{0, std::nullopt, 2}));
+  modes::DimList small(3, Dim(1));
+  small.pop_back();
+  modes::DimList from_vector = want;
+  from_vector = small;
+  EXPECT_EQ(std::vector<Dim>(from_vector), (std::vector<Dim>{1, 1}));
+  EXPECT_THAT(errorOf([&] { (void)small.at(2); }), HasSubstr("out_dims.at(2): out of range for 2 out_dims"));
+  const VmapResult r{{}, {0}};
+  EXPECT_EQ(r.out_dims.size(), 1u);
 }
 
 TEST(VmapLevels, ABatchedTensorFromAnotherThreadIsAnError) {
