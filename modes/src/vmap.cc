@@ -136,16 +136,14 @@ Tensor makeBatched(Tensor value, int64_t bdim, uint64_t level) {
   STRATA_INTERNAL_ASSERT(bdim >= 0 && static_cast<size_t>(bdim) < n, "makeBatched: bdim out of range");
   // The logical sizes and strides: the value's without the batch dim (in place for
   // the usual ranks: no allocation).
-  int64_t small[2][DimVector::kInline];
-  std::vector<int64_t> large[2];
-  int64_t* sizes = small[0];
-  int64_t* strides = small[1];
+  int64_t small[2 * DimVector::kInline];
+  std::unique_ptr<int64_t[]> large;
+  int64_t* sizes = small;
   if (n - 1 > DimVector::kInline) {
-    large[0].resize(n - 1);
-    large[1].resize(n - 1);
-    sizes = large[0].data();
-    strides = large[1].data();
+    large.reset(new int64_t[2 * (n - 1)]);
+    sizes = large.get();
   }
+  int64_t* strides = sizes + (n - 1);
   size_t k = 0;
   for (size_t d = 0; d < n; ++d) {
     if (d == static_cast<size_t>(bdim)) continue;

@@ -194,22 +194,24 @@ void TensorImpl::reset_wrapper(Storage storage, ScalarType dtype, IntArrayRef si
   if (__builtin_expect(!reusableWrapper() || !storage || sizes.size() != strides.size(), 0)) {
     refuseWrapperReuse("reset_wrapper");
   }
-  bool symbolic = false;
-  for (size_t d = 0; d < sizes.size(); ++d) symbolic = symbolic || sizes[d] < 0 || strides[d] < 0;
-  symbolic = symbolic && (sym::anySymbolic(sizes) || sym::anySymbolic(strides));
+  // One pass for the usual case: concrete sizes and strides, and the element count
+  // (of a view of a tensor that was made, so it fits; checked as checkedNumel does).
+  bool negative = false;
+  bool empty = false;
+  bool overflow = false;
   int64_t numel = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    negative = negative || sizes[d] < 0 || strides[d] < 0;
+    empty = empty || sizes[d] == 0;
+    overflow = __builtin_mul_overflow(numel, sizes[d], &numel) || overflow;
+  }
   bool contiguous = true;
-  if (symbolic) {
+  if (__builtin_expect(negative, 0) && (sym::anySymbolic(sizes) || sym::anySymbolic(strides))) {
     numel = sym::product(sizes);
     contiguous = computeContiguous<true>(sizes, strides);
   } else {
-    // The sizes of a view of a tensor that was made, so the count fits (as checkedNumel checks).
-    bool empty = false;
-    for (const int64_t s : sizes) empty = empty || s == 0;
-    for (size_t d = 0; d < sizes.size() && !empty; ++d) {
-      if (__builtin_mul_overflow(numel, sizes[d], &numel)) refuseWrapperReuse("reset_wrapper (the element count)");
-    }
     if (empty) numel = 0;
+    else if (overflow) refuseWrapperReuse("reset_wrapper (the element count)");
     contiguous = computeContiguous<false>(sizes, strides);
   }
   storage_ = std::move(storage);
