@@ -36,11 +36,15 @@ struct VmapTls {
   // Spent batched tensors, for makeBatched to reuse (Note [Reusing wrapper tensors] in
   // strata/tensor.h).
   std::vector<Tensor> spare_batched;
+  // The batched inputs of the running vmaps (by level, innermost last), released for
+  // reuse when their chunk ends.
+  std::vector<std::pair<uint64_t, Tensor>> call_inputs;
   // This thread's block of level ids: [next_level, level_end).
   uint64_t next_level = 0;
   uint64_t level_end = 0;
 };
 constexpr size_t kMaxSpareBatched = 16;
+constexpr size_t kMaxCallInputs = 16;
 
 // Level ids are unique in the process (not per thread), so a batched tensor that
 // reaches another thread is never taken for one of that thread's levels.
@@ -64,6 +68,7 @@ VmapTls& makeState() {
   owner.state->alive.reserve(8);
   owner.state->spare_in_dims.reserve(8);  // returned in a destructor: no allocation there
   owner.state->spare_batched.reserve(kMaxSpareBatched);  // the same
+  owner.state->call_inputs.reserve(kMaxCallInputs);
   t_vmap = owner.state.get();
   return *t_vmap;
 }
@@ -154,8 +159,10 @@ Tensor makeBatched(Tensor value, int64_t bdim, uint64_t level) {
   Storage storage = value.storage();
   const ScalarType dtype = value.dtype();
   const int64_t offset = value.storage_offset();
-  if (t_vmap != nullptr && !t_vmap->spare_batched.empty()) {
-    // Note [Reusing wrapper tensors]: a spent one of this thread's, held by nothing else.
+  // Note [Reusing wrapper tensors]: a spent one of this thread's, held by nothing else
+  // (not while the thread is detached: its objects are then nobody's to reuse).
+  if (t_vmap != nullptr && !t_vmap->spare_batched.empty() &&
+      t_vmap->spare_batched.back().unsafeGetTensorImpl()->unique_here()) {
     Tensor t = std::move(t_vmap->spare_batched.back());
     t_vmap->spare_batched.pop_back();
     TensorImpl* impl = t.unsafeGetTensorImpl();
@@ -182,6 +189,8 @@ void releaseBatched(Tensor&& t) noexcept {
   // Let go of what it wrapped now: a spent tensor holds nobody's data.
   static_cast<BatchedWrapper*>(w)->value = Tensor();
   impl->release_wrapper();
+  // Dropping those ran their owners' deleters, which may have spent tensors too.
+  if (t_vmap == nullptr || t_vmap->spare_batched.size() >= kMaxSpareBatched) return;
   t_vmap->spare_batched.push_back(std::move(spent));  // reserved: no allocation
 }
 
@@ -850,8 +859,16 @@ void VmapCall::enterChunk(size_t chunk) {
 void VmapCall::exitChunk() {
   if (!in_chunk_) return;
   in_chunk_ = false;
-  for (size_t i = 0; i < kept_inputs_; ++i) releaseBatched(std::move(inputs_[i]));
-  kept_inputs_ = 0;
+  {
+    // The inputs this chunk made (and any an inner vmap left, which cannot happen but
+    // must not stay held).
+    std::vector<std::pair<uint64_t, Tensor>>& in = state().call_inputs;
+    while (!in.empty() && in.back().first >= level_) {
+      Tensor t = std::move(in.back().second);
+      in.pop_back();
+      releaseBatched(std::move(t));
+    }
+  }
   // The level is on top of the stack (a rule's LevelPop has put back what it took).
   VmapTls& s = state();
   for (size_t i = s.visible.size(); i > 0; --i) {
@@ -878,7 +895,8 @@ Tensor VmapCall::input(const Tensor& t) {
     piece = t.wrapper() == nullptr ? t.slice(*d, start, start + length) : ops::narrow(t, *d, start, length);
   }
   Tensor batched = makeBatched(std::move(piece), *d, level_);
-  if (kept_inputs_ < kKeptInputs) inputs_[kept_inputs_++] = batched;
+  std::vector<std::pair<uint64_t, Tensor>>& in = state().call_inputs;
+  if (in.size() < kMaxCallInputs) in.emplace_back(level_, batched);  // reserved: no allocation
   return batched;
 }
 

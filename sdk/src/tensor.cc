@@ -211,12 +211,20 @@ void TensorImpl::reset_wrapper(Storage storage, ScalarType dtype, IntArrayRef si
     contiguous = computeContiguous<true>(sizes, strides);
   } else {
     if (empty) numel = 0;
-    else if (overflow) refuseWrapperReuse("reset_wrapper (the element count)");
+    else if (overflow) STRATA_FAIL(Value, "sizes ", detail::shapeStr(sizes), " hold more elements than fit in 64 bits");
     contiguous = computeContiguous<false>(sizes, strides);
   }
+  if (__builtin_expect(sizes.size() > DimVector::kInline, 0)) {
+    // What may throw (the dims' memory) before anything changes.
+    DimVector new_sizes(sizes);
+    DimVector new_strides(strides);
+    sizes_ = std::move(new_sizes);
+    strides_ = std::move(new_strides);
+  } else {
+    sizes_.assignInPlace(sizes);
+    strides_.assignInPlace(strides);
+  }
   storage_ = std::move(storage);
-  sizes_.assign(sizes);
-  strides_.assign(strides);
   storage_offset_ = storage_offset;
   dtype_ = dtype;
   numel_ = numel;

@@ -158,7 +158,8 @@ TEST(PluginHost, ReadsMetadataWithoutLoadingTheLibrary) {
   EXPECT_EQ(good.metadata->defines, QStringList{"extension_cpp"});
   EXPECT_EQ(good.sha256.size(), 64);
   const BundleFile bad = readBundleFile(testBundle("abi_major"));
-  EXPECT_THAT(bad.error.toStdString(), HasSubstr("built for SDK ABI 1.0; this host's ABI is 4.0"));
+  EXPECT_THAT(bad.error.toStdString(), HasSubstr("built for SDK ABI 1.0; this host's ABI is " + std::to_string(STRATA_SDK_ABI_MAJOR) + "." +
+                                                    std::to_string(STRATA_SDK_ABI_MINOR)));
   EXPECT_FALSE(mapped("libabi_major.so"));
   EXPECT_FALSE(mapped("libmuladd_1_1_0.so"));
 }
@@ -183,7 +184,8 @@ TEST(PluginHost, RejectsEveryBadBundleWithItsReasonAndLeavesNothingRegistered) {
   EXPECT_EQ(env.row("libmylib.so").state, "loaded");
   EXPECT_EQ(env.row("libmuladd_1_1_0.so").state, "loaded");
   EXPECT_THAT(env.row("libabi_major.so").reason, HasSubstr("the major must match"));
-  EXPECT_THAT(env.row("libabi_minor.so").reason, HasSubstr("needs SDK ABI 4.99, newer than this host's 4.0"));
+  EXPECT_THAT(env.row("libabi_minor.so").reason, HasSubstr("needs SDK ABI " + std::to_string(STRATA_SDK_ABI_MAJOR) + ".99, newer than this host's " +
+                          std::to_string(STRATA_SDK_ABI_MAJOR) + "." + std::to_string(STRATA_SDK_ABI_MINOR)));
   EXPECT_THAT(env.row("libwrong_iid.so").reason, HasSubstr("plugin IID 'org.example.NotStrata/1' is not Strata's"));
   EXPECT_THAT(env.row("libthrows.so").reason, HasSubstr("registration failed: the bundle gave up"));
   EXPECT_THAT(env.row("libdup_define.so").reason, HasSubstr("defines namespace 'mylib', which bundle mylib@1.0.0 already defines"));

@@ -342,28 +342,21 @@ TEST(VmapLevels, SpentBatchedTensorsAreReusedHoldNoDataAndKeptOnesStayAsTheyWere
   EXPECT_TRUE(modes::get_unwrapped(kept).equal(x));
 }
 
-// A rule's out_dims keep four Dims in place and behave as a std::vector<Dim> past that.
-TEST(RegisterVmap, OutDimsAreAVectorOfDims) {
-  modes::DimList d{0, std::nullopt};
-  EXPECT_EQ(d.size(), 2u);
-  for (int64_t i = 2; i < 9; ++i) d.push_back(i);  // past the four in place
-  std::vector<Dim> want{0, std::nullopt, 2, 3, 4, 5, 6, 7, 8};
-  EXPECT_EQ(std::vector<Dim>(d), want);
-  modes::DimList copy = d;
-  modes::DimList moved = std::move(d);
-  EXPECT_TRUE(d.empty());
-  EXPECT_EQ(copy, moved);
-  EXPECT_EQ(moved.back(), Dim(8));
-  moved.resize(3);
-  EXPECT_EQ(std::vector<Dim>(moved), (std::vector<Dim>{0, std::nullopt, 2}));
-  modes::DimList small(3, Dim(1));
-  small.pop_back();
-  modes::DimList from_vector = want;
-  from_vector = small;
-  EXPECT_EQ(std::vector<Dim>(from_vector), (std::vector<Dim>{1, 1}));
-  EXPECT_THAT(errorOf([&] { (void)small.at(2); }), HasSubstr("out_dims.at(2): out of range for 2 out_dims"));
-  const VmapResult r{{}, {0}};
-  EXPECT_EQ(r.out_dims.size(), 1u);
+// A detached thread's objects are nobody's to reuse (Note [Biased reference counts]):
+// its vmaps make and free their batched tensors, and leave the spares as they were.
+TEST(VmapLevels, ADetachedThreadReusesNothingAndVmapsAsBefore) {
+  const Tensor x = rnd({3, 2});
+  const auto twice = vmap([](const Tensor& t) { return ops::mul(t, 2.0); });
+  twice(x);
+  const size_t spares = modes::vmap_spare_batched_tensors();
+  ASSERT_GE(spares, 2u);
+  {
+    DetachedScope detached;
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE(same(twice(x), ops::mul(x, 2.0))) << "call " << i;
+    EXPECT_EQ(modes::vmap_spare_batched_tensors(), spares);
+  }
+  EXPECT_TRUE(same(twice(x), ops::mul(x, 2.0)));
+  EXPECT_EQ(modes::vmap_spare_batched_tensors(), spares);
 }
 
 TEST(VmapLevels, ABatchedTensorFromAnotherThreadIsAnError) {

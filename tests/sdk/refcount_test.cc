@@ -515,6 +515,18 @@ TEST_F(RefcountTest, AWrapperHeldOnceOnItsThreadIsReusedAnyOtherIsRefused) {
   EXPECT_TRUE(t.is_meta());
   EXPECT_EQ(t.key_set(), DispatchKeySet(DispatchKey::Meta).add(DispatchKey::Batched));
   EXPECT_TRUE(t.is_alias_of(other));
+  // Sizes whose count does not fit: Error(Value), as a wrapper made with them gets;
+  // nothing changed.
+  try {
+    impl->reset_wrapper(data.storage(), ScalarType::Float, std::vector<int64_t>{int64_t{1} << 40, int64_t{1} << 40},
+                        std::vector<int64_t>{0, 0}, 0);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Value);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("hold more elements than fit in 64 bits"));
+  }
+  EXPECT_EQ(t.numel(), 10);
+  EXPECT_TRUE(t.is_meta());
   // More dims than fit in place, then fewer again.
   impl->reset_wrapper(data.storage(), ScalarType::Float, std::vector<int64_t>{1, 2, 1, 2, 1, 3, 1},
                       std::vector<int64_t>{12, 6, 6, 3, 3, 1, 1}, 0);

@@ -24,7 +24,7 @@
 //   #include "mybundle.moc"
 //
 // bundle.json:
-//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 4, "minor": 0},
+//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 4, "minor": 1},
 //    "description": "...", "defines": ["mylib"], "implements": []}
 //
 // "defines": the namespaces whose DEF library the bundle holds; "implements": the
@@ -55,9 +55,10 @@
 // host does not have; 2, pooled operator new/delete; 3, OperatorHandle::hasRules()
 // reads a field an older host's operators lack; 4, modes::BoxedDispatchMode, a
 // class an older host's modes library does not have (minors of major 3; major 4
-// starts again at 0).
+// starts again at 0); 1, TensorImpl::release_wrapper / reset_wrapper (Note [Reusing
+// wrapper tensors] in strata/tensor.h) and modes::vmap_spare_batched_tensors.
 #define STRATA_SDK_ABI_MAJOR 4
-#define STRATA_SDK_ABI_MINOR 0
+#define STRATA_SDK_ABI_MINOR 1
 // The Qt plugin interface id of every Strata bundle.
 #define STRATA_BUNDLE_IID "org.strata.Bundle/1"
 

@@ -70,7 +70,8 @@ class Tensor;
 // TensorImpl::release_wrapper drops its storage (a spent wrapper never holds the data
 // it last wrapped, so keeping it costs a few hundred bytes, not a tensor) and
 // reset_wrapper points it at new metadata, as a fresh one would have. The spares are
-// per thread, bounded, and freed when the thread exits.
+// per thread, bounded, and freed when the thread exits. While a thread is detached
+// (Note [Biased reference counts]) no object is unique_here(), so nothing is reused.
 class STRATA_API TensorWrapper : public intrusive_ptr_target {
  public:
   STRATA_POOLED_OBJECT  // Note [Small object pools]: every wrapper tensor makes one
@@ -126,17 +127,11 @@ class STRATA_API DimVector {
     }
     for (size_t i = 0; i < n_; ++i) p[i] = v[i];
   }
-  // v may not alias *this.
-  void assign(IntArrayRef v) {
-    int64_t* p = inline_;
-    if (v.size() > kInline) {
-      if (!heap_ || n_ < v.size()) heap_.reset(new int64_t[v.size()]);
-      p = heap_.get();
-    } else {
-      heap_.reset();
-    }
+  // REQUIRES: v.size() <= kInline (so nothing is allocated), v not aliasing *this.
+  void assignInPlace(IntArrayRef v) noexcept {
+    heap_.reset();
     n_ = v.size();
-    for (size_t i = 0; i < n_; ++i) p[i] = v[i];
+    for (size_t i = 0; i < n_; ++i) inline_[i] = v[i];
   }
   const int64_t* data() const { return heap_ ? heap_.get() : inline_; }
   size_t size() const { return n_; }
@@ -180,8 +175,8 @@ class STRATA_API TensorImpl final : public intrusive_ptr_target {
   // throws Error(Internal), changing nothing, otherwise.
   // Spends it: drops its storage (nothing may read it until reset_wrapper).
   void release_wrapper();
-  // Points it at new metadata, as a wrapper made with them would be. sizes and
-  // strides may not alias this impl's.
+  // Points it at new metadata, as a wrapper made with them would be (sizes whose
+  // count overflows: Error(Value), as there).
   void reset_wrapper(Storage storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
 
   // Sets the flag and the autograd key; no other check (Tensor::set_requires_grad

@@ -149,125 +149,11 @@ struct VmapInfo {
 // is given with every element batched at dim 0 (the others expanded, a view) and
 // in_dims[i] = 0.
 using InDims = std::vector<Dim>;
-// A rule's out_dims: a std::vector<Dim> (the part of its interface a rule uses, and
-// conversions both ways) that keeps its first four Dims in place, so returning a rule's
-// result allocates nothing for them.
-class DimList {
- public:
-  using value_type = Dim;
-  using size_type = size_t;
-  using iterator = Dim*;
-  using const_iterator = const Dim*;
-  static constexpr size_t kInline = 4;
-
-  DimList() = default;
-  DimList(std::initializer_list<Dim> dims) { assign(dims.begin(), dims.end()); }
-  DimList(const std::vector<Dim>& dims) { assign(dims.begin(), dims.end()); }  // NOLINT: from a vector
-  DimList(size_t n, Dim d) { assign(n, d); }
-  DimList(const DimList& o) { assign(o.begin(), o.end()); }
-  DimList(DimList&& o) noexcept : heap_(std::move(o.heap_)), n_(o.n_), on_heap_(o.on_heap_) {
-    std::copy(o.inline_, o.inline_ + (on_heap_ ? 0 : n_), inline_);
-    o.clear();
-  }
-  DimList& operator=(const DimList& o) {
-    if (this != &o) assign(o.begin(), o.end());
-    return *this;
-  }
-  DimList& operator=(DimList&& o) noexcept {
-    if (this != &o) {
-      heap_ = std::move(o.heap_);
-      n_ = o.n_;
-      on_heap_ = o.on_heap_;
-      std::copy(o.inline_, o.inline_ + (on_heap_ ? 0 : n_), inline_);
-      o.clear();
-    }
-    return *this;
-  }
-  operator std::vector<Dim>() const { return std::vector<Dim>(begin(), end()); }  // NOLINT: to a vector
-
-  size_t size() const { return on_heap_ ? heap_.size() : n_; }
-  bool empty() const { return size() == 0; }
-  Dim* data() { return on_heap_ ? heap_.data() : inline_; }
-  const Dim* data() const { return on_heap_ ? heap_.data() : inline_; }
-  Dim* begin() { return data(); }
-  Dim* end() { return data() + size(); }
-  const Dim* begin() const { return data(); }
-  const Dim* end() const { return data() + size(); }
-  Dim& operator[](size_t i) { return data()[i]; }
-  const Dim& operator[](size_t i) const { return data()[i]; }
-  const Dim& at(size_t i) const {
-    STRATA_CHECK(i < size(), Index, "out_dims.at(", i, "): out of range for ", size(), " out_dims");
-    return data()[i];
-  }
-  Dim& front() { return data()[0]; }
-  Dim& back() { return data()[size() - 1]; }
-  const Dim& front() const { return data()[0]; }
-  const Dim& back() const { return data()[size() - 1]; }
-
-  void push_back(Dim d) {
-    if (!on_heap_ && n_ == kInline) spill(kInline + 1);
-    if (on_heap_) heap_.push_back(d);
-    else inline_[n_++] = d;
-  }
-  Dim& emplace_back(Dim d) {
-    push_back(d);
-    return back();
-  }
-  void pop_back() {
-    if (on_heap_) heap_.pop_back();
-    else --n_;
-  }
-  void clear() {
-    heap_.clear();
-    n_ = 0;
-    on_heap_ = false;
-  }
-  void reserve(size_t n) {
-    if (n > kInline) spill(n);
-  }
-  void resize(size_t n, Dim d = std::nullopt) {
-    if (n > kInline && !on_heap_) spill(n);
-    if (on_heap_) {
-      heap_.resize(n, d);
-      return;
-    }
-    for (size_t i = n_; i < n; ++i) inline_[i] = d;
-    n_ = n;
-  }
-  void assign(size_t n, Dim d) {
-    clear();
-    resize(n, d);
-  }
-  template <typename It>
-  void assign(It first, It last) {
-    clear();
-    for (; first != last; ++first) push_back(*first);
-  }
-  friend bool operator==(const DimList& a, const DimList& b) {
-    return std::equal(a.begin(), a.end(), b.begin(), b.end());
-  }
-
- private:
-  void spill(size_t capacity) {
-    if (on_heap_) {
-      heap_.reserve(capacity);
-      return;
-    }
-    heap_.reserve(capacity);
-    heap_.assign(inline_, inline_ + n_);
-    on_heap_ = true;
-  }
-  std::vector<Dim> heap_;
-  Dim inline_[kInline];
-  size_t n_ = 0;
-  bool on_heap_ = false;
-};
-
 // The rule's results: one IValue per return of the schema, and the batch dim of each
 // (None: that output is not batched). One out_dim for several outputs applies to all.
 struct VmapResult {
   Stack outputs;
-  DimList out_dims;
+  std::vector<Dim> out_dims;
 };
 using VmapRule = std::function<VmapResult(const VmapInfo& info, const InDims& in_dims, Stack& args)>;
 
@@ -394,11 +280,6 @@ class STRATA_MODES_API VmapCall {
   uint64_t level_ = 0;
   std::string rng_state_;  // randomness "same" over chunks: each chunk draws the same
   SmallVec<LeafOut, 4> results_;
-  // The chunk's first batched inputs, released for reuse when it ends (Note [Reusing
-  // wrapper tensors] in strata/tensor.h).
-  static constexpr size_t kKeptInputs = 4;
-  Tensor inputs_[kKeptInputs];
-  size_t kept_inputs_ = 0;
 };
 
 template <typename T>
