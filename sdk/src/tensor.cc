@@ -191,9 +191,10 @@ void TensorImpl::release_wrapper() {
 void TensorImpl::reset_wrapper(Storage storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides,
                                int64_t storage_offset) {
   // Note [Reusing wrapper tensors]
-  if (__builtin_expect(!reusableWrapper() || !storage || sizes.size() != strides.size(), 0)) {
-    refuseWrapperReuse("reset_wrapper");
-  }
+  if (__builtin_expect(!reusableWrapper(), 0)) refuseWrapperReuse("reset_wrapper");
+  STRATA_CHECK(storage, Internal, "TensorImpl::reset_wrapper: a wrapper tensor needs a storage");
+  STRATA_CHECK(sizes.size() == strides.size(), Internal, "TensorImpl::reset_wrapper: sizes ",
+               detail::shapeStr(sizes), " and strides ", detail::shapeStr(strides), " differ in length");
   // One pass for the usual case: concrete sizes and strides, and the element count
   // (of a view of a tensor that was made, so it fits; checked as checkedNumel does).
   bool negative = false;
@@ -221,8 +222,13 @@ void TensorImpl::reset_wrapper(Storage storage, ScalarType dtype, IntArrayRef si
     sizes_ = std::move(new_sizes);
     strides_ = std::move(new_strides);
   } else {
-    sizes_.assignInPlace(sizes);
-    strides_.assignInPlace(strides);
+    // Copied out first: sizes or strides may be a view of this impl's own.
+    int64_t sv[DimVector::kInline];
+    int64_t tv[DimVector::kInline];
+    std::copy(sizes.begin(), sizes.end(), sv);
+    std::copy(strides.begin(), strides.end(), tv);
+    sizes_.assignInPlace(IntArrayRef(sv, sizes.size()));
+    strides_.assignInPlace(IntArrayRef(tv, strides.size()));
   }
   storage_ = std::move(storage);
   storage_offset_ = storage_offset;

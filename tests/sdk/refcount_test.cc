@@ -534,6 +534,20 @@ TEST_F(RefcountTest, AWrapperHeldOnceOnItsThreadIsReusedAnyOtherIsRefused) {
   EXPECT_EQ(t.numel(), 12);
   EXPECT_TRUE(t.is_contiguous());
   EXPECT_EQ(t.size(5), 3);
+  // Its own sizes and strides, a view of them: read before they are replaced.
+  impl->reset_wrapper(data.storage(), ScalarType::Float, t.sizes().subspan(3), t.strides().subspan(3), 0);
+  EXPECT_EQ(std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), (std::vector<int64_t>{2, 1, 3, 1}));
+  EXPECT_EQ(std::vector<int64_t>(t.strides().begin(), t.strides().end()), (std::vector<int64_t>{3, 3, 1, 1}));
+  impl->reset_wrapper(data.storage(), ScalarType::Float, t.strides(), t.sizes(), 0);
+  EXPECT_EQ(std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), (std::vector<int64_t>{3, 3, 1, 1}));
+  EXPECT_EQ(std::vector<int64_t>(t.strides().begin(), t.strides().end()), (std::vector<int64_t>{2, 1, 3, 1}));
+  EXPECT_THAT(internalErrorOf([&] {
+                impl->reset_wrapper(data.storage(), ScalarType::Float, std::vector<int64_t>{2}, std::vector<int64_t>{}, 0);
+              }),
+              ::testing::HasSubstr("sizes [2] and strides [] differ in length"));
+  EXPECT_THAT(internalErrorOf([&] { impl->reset_wrapper(Storage(), ScalarType::Float, {}, {}, 0); }),
+              ::testing::HasSubstr("needs a storage"));
+  EXPECT_EQ(t.dim(), 4);
   impl->reset_wrapper(data.storage(), ScalarType::Float, std::vector<int64_t>{0, 4}, std::vector<int64_t>{4, 1}, 0);
   EXPECT_EQ(t.numel(), 0);
   EXPECT_TRUE(t.is_contiguous());

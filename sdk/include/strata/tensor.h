@@ -171,12 +171,14 @@ class STRATA_API TensorImpl final : public intrusive_ptr_target {
   TensorWrapper* wrapper() const { return wrapper_.get(); }
   // For a layer that reuses its wrapper tensors (Note [Reusing wrapper tensors]).
   // Each REQUIRES a wrapper tensor without autograd metadata that no handle but the
-  // caller's holds (unique_here()), whose TensorWrapper no other impl holds; each
-  // throws Error(Internal), changing nothing, otherwise.
+  // caller's holds (unique_here()), whose TensorWrapper no other impl holds, and
+  // reset_wrapper a storage and as many strides as sizes; each throws Error(Internal),
+  // changing nothing, otherwise.
   // Spends it: drops its storage (nothing may read it until reset_wrapper).
   void release_wrapper();
   // Points it at new metadata, as a wrapper made with them would be (sizes whose
-  // count overflows: Error(Value), as there).
+  // count overflows: Error(Value), as there). sizes and strides may be views of this
+  // impl's own.
   void reset_wrapper(Storage storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
 
   // Sets the flag and the autograd key; no other check (Tensor::set_requires_grad
