@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include <gtest/gtest.h>
+
 #include "strata/error.h"
 
 namespace strata::testing {
@@ -13,6 +15,18 @@ std::string errorOf(F&& f) {
   try {
     f();
   } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The same for an error of one kind: a test failure when f throws another kind.
+template <typename F>
+std::string errorOf(ErrorKind kind, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
     return e.what();
   }
   return "";

@@ -4,21 +4,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+
+#include "../dispatch/test_util.h"
+
 namespace strata {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Type);
-    return e.what();
-  }
-  return "no error";
-}
+std::string errorOf(const std::function<void()>& f) { return strata::testing::errorOf(ErrorKind::Type, f); }
 
 TEST(IValueTest, HoldsEveryKindItPromises) {
   EXPECT_TRUE(IValue().isNone());
@@ -139,15 +135,7 @@ TEST(IValueTest, EqualityAndRepr) {
   EXPECT_EQ(IValue().repr(), "None");
 }
 
-std::string indexErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Index);
-    return e.what();
-  }
-  return "no error";
-}
+std::string indexErrorOf(const std::function<void()>& f) { return strata::testing::errorOf(ErrorKind::Index, f); }
 
 std::vector<int64_t> ints(const Stack& s) {
   std::vector<int64_t> out;
