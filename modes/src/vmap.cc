@@ -159,8 +159,9 @@ Tensor makeBatched(Tensor value, int64_t bdim, uint64_t level) {
   Storage storage = value.storage();
   const ScalarType dtype = value.dtype();
   const int64_t offset = value.storage_offset();
-  // Note [Reusing wrapper tensors]: a spent one of this thread's, held by nothing else
-  // (not while the thread is detached: its objects are then nobody's to reuse).
+  // Note [Reusing wrapper tensors]: a spent one of this thread's, held by nothing else.
+  // It was reusable_wrapper() when spent; of that only its owner can change since (the
+  // thread detached: its objects are then nobody's to reuse), which unique_here() reads.
   if (t_vmap != nullptr && !t_vmap->spare_batched.empty() &&
       t_vmap->spare_batched.back().unsafeGetTensorImpl()->unique_here()) {
     Tensor t = std::move(t_vmap->spare_batched.back());
@@ -183,9 +184,9 @@ void releaseBatched(Tensor&& t) noexcept {
   Tensor spent = std::move(t);
   if (t_vmap == nullptr || t_vmap->spare_batched.size() >= kMaxSpareBatched) return;
   TensorImpl* impl = spent.unsafeGetTensorImpl();
-  if (impl == nullptr || !impl->unique_here() || impl->autograd_meta() != nullptr) return;
+  if (impl == nullptr || !impl->reusable_wrapper()) return;
   TensorWrapper* w = impl->wrapper();
-  if (w == nullptr || typeid(*w) != typeid(BatchedWrapper) || !w->unique_here()) return;
+  if (typeid(*w) != typeid(BatchedWrapper)) return;
   // Let go of what it wrapped now: a spent tensor holds nobody's data.
   static_cast<BatchedWrapper*>(w)->value = Tensor();
   impl->release_wrapper();

@@ -107,6 +107,32 @@ DispatchKeySet computeKeySet(Device device, bool requires_grad) {
   return ks;
 }
 
+// A wrapper's element count and contiguity (Note [Wrapper tensors]): its sizes may be
+// symbolic; concrete ones are counted as checkedNumel does, in one pass.
+struct WrapperCounts {
+  int64_t numel;
+  bool contiguous;
+};
+[[noreturn, gnu::cold, gnu::noinline]] void throwTooManyElements(IntArrayRef sizes) {
+  STRATA_FAIL(Value, "sizes ", detail::shapeStr(sizes), " hold more elements than fit in 64 bits");
+}
+[[gnu::always_inline]] inline WrapperCounts wrapperCounts(IntArrayRef sizes, IntArrayRef strides) {
+  bool negative = false;
+  bool empty = false;
+  bool overflow = false;
+  int64_t numel = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    negative = negative || sizes[d] < 0 || strides[d] < 0;
+    empty = empty || sizes[d] == 0;
+    overflow = __builtin_mul_overflow(numel, sizes[d], &numel) || overflow;
+  }
+  if (__builtin_expect(negative, 0) && (sym::anySymbolic(sizes) || sym::anySymbolic(strides))) {
+    return {sym::product(sizes), computeContiguous<true>(sizes, strides)};
+  }
+  if (__builtin_expect(overflow && !empty, 0)) throwTooManyElements(sizes);
+  return {empty ? 0 : numel, computeContiguous<false>(sizes, strides)};
+}
+
 }  // namespace
 
 std::vector<int64_t> contiguousStrides(IntArrayRef sizes) {
@@ -166,13 +192,9 @@ TensorImpl::TensorImpl(Storage storage, ScalarType dtype, IntArrayRef sizes, Int
   // tensors]); its sizes are the logical ones, which a batch of 0 leaves unbacked.
   STRATA_INTERNAL_ASSERT(storage_ && wrapper_, "a wrapper tensor needs a storage and its TensorWrapper");
   STRATA_INTERNAL_ASSERT(sizes_.size() == strides_.size(), "a wrapper's sizes and strides differ in length");
-  if (sym::anySymbolic(sizes_) || sym::anySymbolic(strides_)) {
-    numel_ = sym::product(sizes_);
-    is_contiguous_ = computeContiguous<true>(sizes_, strides_);
-  } else {
-    numel_ = checkedNumel(sizes_);
-    is_contiguous_ = computeContiguous<false>(sizes_, strides_);
-  }
+  const WrapperCounts counts = wrapperCounts(sizes_, strides_);
+  numel_ = counts.numel;
+  is_contiguous_ = counts.contiguous;
   key_set_ = computeKeySet(storage_->device(), false) | layer_keys;
 }
 
@@ -184,57 +206,42 @@ namespace {
 }  // namespace
 
 void TensorImpl::release_wrapper() {
-  if (__builtin_expect(!reusableWrapper(), 0)) refuseWrapperReuse("release_wrapper");
+  if (__builtin_expect(!reusable_wrapper(), 0)) refuseWrapperReuse("release_wrapper");
   storage_.reset();
 }
 
 void TensorImpl::reset_wrapper(Storage storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides,
                                int64_t storage_offset) {
   // Note [Reusing wrapper tensors]
-  if (__builtin_expect(!reusableWrapper(), 0)) refuseWrapperReuse("reset_wrapper");
+  if (__builtin_expect(!reusable_wrapper(), 0)) refuseWrapperReuse("reset_wrapper");
   STRATA_CHECK(storage, Internal, "TensorImpl::reset_wrapper: a wrapper tensor needs a storage");
   STRATA_CHECK(sizes.size() == strides.size(), Internal, "TensorImpl::reset_wrapper: sizes ",
                detail::shapeStr(sizes), " and strides ", detail::shapeStr(strides), " differ in length");
-  // One pass for the usual case: concrete sizes and strides, and the element count
-  // (of a view of a tensor that was made, so it fits; checked as checkedNumel does).
-  bool negative = false;
-  bool empty = false;
-  bool overflow = false;
-  int64_t numel = 1;
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    negative = negative || sizes[d] < 0 || strides[d] < 0;
-    empty = empty || sizes[d] == 0;
-    overflow = __builtin_mul_overflow(numel, sizes[d], &numel) || overflow;
-  }
-  bool contiguous = true;
-  if (__builtin_expect(negative, 0) && (sym::anySymbolic(sizes) || sym::anySymbolic(strides))) {
-    numel = sym::product(sizes);
-    contiguous = computeContiguous<true>(sizes, strides);
-  } else {
-    if (empty) numel = 0;
-    else if (overflow) STRATA_FAIL(Value, "sizes ", detail::shapeStr(sizes), " hold more elements than fit in 64 bits");
-    contiguous = computeContiguous<false>(sizes, strides);
-  }
-  if (__builtin_expect(sizes.size() > DimVector::kInline, 0)) {
-    // What may throw (the dims' memory) before anything changes.
+  const WrapperCounts counts = wrapperCounts(sizes, strides);  // may throw: before anything changes
+  // sizes or strides may view this impl's own: then, as with more dims than a
+  // DimVector keeps in place (whose memory may throw), both are made before either
+  // changes; otherwise they are written in place.
+  // (Its own dims are in this object, or on the heap when it has more than kInline.)
+  const auto inThis = [this](IntArrayRef v) {
+    const auto p = reinterpret_cast<uintptr_t>(v.data());
+    return p >= reinterpret_cast<uintptr_t>(this) && p < reinterpret_cast<uintptr_t>(this + 1);
+  };
+  if (__builtin_expect(sizes.size() > DimVector::kInline || sizes_.size() > DimVector::kInline || inThis(sizes) ||
+                           inThis(strides),
+                       0)) {
     DimVector new_sizes(sizes);
     DimVector new_strides(strides);
     sizes_ = std::move(new_sizes);
     strides_ = std::move(new_strides);
   } else {
-    // Copied out first: sizes or strides may be a view of this impl's own.
-    int64_t sv[DimVector::kInline];
-    int64_t tv[DimVector::kInline];
-    std::copy(sizes.begin(), sizes.end(), sv);
-    std::copy(strides.begin(), strides.end(), tv);
-    sizes_.assignInPlace(IntArrayRef(sv, sizes.size()));
-    strides_.assignInPlace(IntArrayRef(tv, strides.size()));
+    sizes_.assignInPlace(sizes);
+    strides_.assignInPlace(strides);
   }
   storage_ = std::move(storage);
   storage_offset_ = storage_offset;
   dtype_ = dtype;
-  numel_ = numel;
-  is_contiguous_ = contiguous;
+  numel_ = counts.numel;
+  is_contiguous_ = counts.contiguous;
   requires_grad_ = false;
   key_set_ = computeKeySet(storage_->device(), false) | layer_keys_;
 }

@@ -174,6 +174,10 @@ class STRATA_API TensorImpl final : public intrusive_ptr_target {
   // caller's holds (unique_here()), whose TensorWrapper no other impl holds, and
   // reset_wrapper a storage and as many strides as sizes; each throws Error(Internal),
   // changing nothing, otherwise.
+  // Whether it is such a wrapper, so that both would succeed.
+  bool reusable_wrapper() const noexcept {
+    return wrapper_ && !autograd_meta_ && unique_here() && wrapper_->unique_here();
+  }
   // Spends it: drops its storage (nothing may read it until reset_wrapper).
   void release_wrapper();
   // Points it at new metadata, as a wrapper made with them would be (sizes whose
@@ -202,9 +206,6 @@ class STRATA_API TensorImpl final : public intrusive_ptr_target {
   // | layer_keys_.
   DispatchKeySet key_set_;
   DispatchKeySet layer_keys_;
-  bool reusableWrapper() const noexcept {
-    return wrapper_ && !autograd_meta_ && unique_here() && wrapper_->unique_here();
-  }
   std::unique_ptr<AutogradMetaInterface> autograd_meta_;
 };
 
