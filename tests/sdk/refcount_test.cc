@@ -471,10 +471,12 @@ TEST_F(RefcountTest, AWrapperHeldOnceOnItsThreadIsReusedAnyOtherIsRefused) {
   TensorImpl* impl = t.unsafeGetTensorImpl();
   const uint32_t storage_owners = data.storage()->use_count();
   EXPECT_TRUE(impl->unique_here());
+  EXPECT_TRUE(impl->reusable_wrapper());
   {
     // A second handle: refused, nothing changed.
     const Tensor copy = t;
     EXPECT_FALSE(impl->unique_here());
+    EXPECT_FALSE(impl->reusable_wrapper());
     EXPECT_THAT(internalErrorOf([&] { impl->release_wrapper(); }), ::testing::HasSubstr("release_wrapper"));
     EXPECT_THAT(internalErrorOf([&] {
                   impl->reset_wrapper(data.storage(), ScalarType::Long, std::vector<int64_t>{2, 3},
@@ -492,6 +494,7 @@ TEST_F(RefcountTest, AWrapperHeldOnceOnItsThreadIsReusedAnyOtherIsRefused) {
   // A plain tensor is no wrapper.
   const Tensor plain = zeros({2});
   EXPECT_TRUE(plain.unsafeGetTensorImpl()->unique_here());
+  EXPECT_FALSE(plain.unsafeGetTensorImpl()->reusable_wrapper());
   EXPECT_THAT(internalErrorOf([&] { plain.unsafeGetTensorImpl()->release_wrapper(); }),
               ::testing::HasSubstr("release_wrapper"));
   // Spent, it holds no data; reset, it is the wrapper it would have been if made so.
