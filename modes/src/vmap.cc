@@ -139,6 +139,21 @@ const BatchedWrapper* batchedOf(const Tensor& t) {
 Tensor makeBatched(Tensor value, int64_t bdim, uint64_t level) {
   const size_t n = static_cast<size_t>(value.dim());
   STRATA_INTERNAL_ASSERT(bdim >= 0 && static_cast<size_t>(bdim) < n, "makeBatched: bdim out of range");
+  // Note [Reusing wrapper tensors]: a spent one of this thread's, held by nothing else.
+  // It was reusable_wrapper() when spent; of that only its owner can change since (the
+  // thread detached: its objects are then nobody's to reuse), which unique_here() reads.
+  if (t_vmap != nullptr && !t_vmap->spare_batched.empty() &&
+      t_vmap->spare_batched.back().unsafeGetTensorImpl()->unique_here()) {
+    Tensor t = std::move(t_vmap->spare_batched.back());
+    t_vmap->spare_batched.pop_back();
+    TensorImpl* impl = t.unsafeGetTensorImpl();
+    impl->reset_wrapper_hiding_dim(value, bdim);  // the logical sizes: the value's without the batch dim
+    auto* w = static_cast<BatchedWrapper*>(impl->wrapper());
+    w->value = std::move(value);
+    w->bdim = bdim;
+    w->level = level;
+    return t;
+  }
   // The logical sizes and strides: the value's without the batch dim (in place for
   // the usual ranks: no allocation).
   int64_t small[2 * DimVector::kInline];
@@ -159,21 +174,6 @@ Tensor makeBatched(Tensor value, int64_t bdim, uint64_t level) {
   Storage storage = value.storage();
   const ScalarType dtype = value.dtype();
   const int64_t offset = value.storage_offset();
-  // Note [Reusing wrapper tensors]: a spent one of this thread's, held by nothing else.
-  // It was reusable_wrapper() when spent; of that only its owner can change since (the
-  // thread detached: its objects are then nobody's to reuse), which unique_here() reads.
-  if (t_vmap != nullptr && !t_vmap->spare_batched.empty() &&
-      t_vmap->spare_batched.back().unsafeGetTensorImpl()->unique_here()) {
-    Tensor t = std::move(t_vmap->spare_batched.back());
-    t_vmap->spare_batched.pop_back();
-    TensorImpl* impl = t.unsafeGetTensorImpl();
-    auto* w = static_cast<BatchedWrapper*>(impl->wrapper());
-    impl->reset_wrapper(std::move(storage), dtype, IntArrayRef(sizes, n - 1), IntArrayRef(strides, n - 1), offset);
-    w->value = std::move(value);
-    w->bdim = bdim;
-    w->level = level;
-    return t;
-  }
   auto wrapper = make_intrusive<BatchedWrapper>(std::move(value), bdim, level);
   return Tensor(make_intrusive<TensorImpl>(std::move(storage), dtype, IntArrayRef(sizes, n - 1),
                                            IntArrayRef(strides, n - 1), offset, DispatchKeySet(DispatchKey::Batched),
@@ -899,6 +899,48 @@ Tensor VmapCall::input(const Tensor& t) {
   std::vector<std::pair<uint64_t, Tensor>>& in = state().call_inputs;
   if (in.size() < kMaxCallInputs) in.emplace_back(level_, batched);  // reserved: no allocation
   return batched;
+}
+
+void VmapCall::enterTensors(const Tensor* const* inputs, Tensor* wrapped, size_t n) {
+  STRATA_INTERNAL_ASSERT(!chunk_size_, "VmapCall::enterTensors: a call with a chunk_size takes the general path");
+  for (size_t i = 0; i < n; ++i) addTensor(i, *inputs[i]);
+  start();
+  enterChunk(0);
+  // One chunk: each mapped input is wrapped whole (input() without the slicing); the
+  // caller spends the wrapped ones (exitTensors), so they are not tracked here.
+  for (size_t i = 0; i < n; ++i) {
+    const Dim d = tensors_[i].dim;
+    wrapped[i] = d ? makeBatched(*inputs[i], *d, level_) : *inputs[i];
+  }
+  cursor_ = n;
+}
+
+void VmapCall::exitTensors(Tensor* wrapped, size_t n) {
+  for (size_t i = n; i > 0; --i) {
+    if (tensors_[i - 1].dim) releaseBatched(std::move(wrapped[i - 1]));
+  }
+  exitChunk();
+}
+
+Tensor VmapCall::finishTensor(Tensor out) {
+  // The usual result: batched at this level, its batch dim already where out_dims
+  // puts it, so the value is the result.
+  if (!out_dims_.is_tuple() && !out_dims_.all().is_list && out_dims_.all().dim) {
+    if (const BatchedWrapper* b = batchedOf(out); b != nullptr && b->level == level_) {
+      const int64_t rank = out.dim() + 1;
+      const int64_t d = *out_dims_.all().dim;
+      if (d >= -rank && d < rank && b->bdim == (d < 0 ? d + rank : d)) {
+        Tensor result = b->value;
+        releaseBatched(std::move(out));
+        return result;
+      }
+    }
+  }
+  Leaves leaves;
+  leaves.emplace_back(size_t{0}, &out, &typeid(Tensor));
+  collectOutputs(1, true, leaves);
+  finish(leaves);
+  return out;
 }
 
 std::vector<Tensor> VmapCall::inputList(const std::vector<Tensor>& ts) {

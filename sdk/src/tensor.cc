@@ -246,6 +246,70 @@ void TensorImpl::reset_wrapper(Storage storage, ScalarType dtype, IntArrayRef si
   key_set_ = computeKeySet(storage_->device(), false) | layer_keys_;
 }
 
+namespace {
+// reset_wrapper_hiding_dim's general path (symbolic dims, a count that overflows,
+// dims on the heap): reset_wrapper with copies of the dims kept.
+[[gnu::noinline, gnu::cold]] void resetWrapperWithoutDim(TensorImpl& impl, const Tensor& value, size_t skip) {
+  std::vector<int64_t> sizes, strides;
+  for (size_t d = 0; d < value.sizes().size(); ++d) {
+    if (d == skip) continue;
+    sizes.push_back(value.sizes()[d]);
+    strides.push_back(value.strides()[d]);
+  }
+  impl.reset_wrapper(value.storage(), value.dtype(), sizes, strides, value.storage_offset());
+}
+}  // namespace
+
+void TensorImpl::reset_wrapper_hiding_dim(const Tensor& value, int64_t hidden) {
+  // Note [Reusing wrapper tensors]
+  if (__builtin_expect(!reusable_wrapper(), 0)) refuseWrapperReuse("reset_wrapper_hiding_dim");
+  const TensorImpl* v = value.unsafeGetTensorImpl();
+  STRATA_CHECK(v != nullptr && v != this && v->storage_, Internal,
+               "TensorImpl::reset_wrapper_hiding_dim: the value must be a defined tensor other than the wrapper");
+  const size_t n = v->sizes_.size();
+  STRATA_CHECK(hidden >= 0 && static_cast<size_t>(hidden) < n, Index, "TensorImpl::reset_wrapper_hiding_dim: dim ",
+               hidden, " is out of range for a tensor of dimensionality ", n);
+  const IntArrayRef sizes = v->sizes_, strides = v->strides_;
+  const auto skip = static_cast<size_t>(hidden);
+  // The count and contiguity of the dims kept, in one pass from the innermost (as
+  // computeContiguous reads them). The value is a valid tensor, so what is left to
+  // look for is a symbolic dim, and an overflow once its hidden dim (of size 0) no
+  // longer makes the count 0.
+  int64_t numel = 1;
+  uint64_t expected = 1;  // wraps where numel overflows: then unusual
+  bool contiguous = true;
+  bool decided = false;  // computeContiguous would have returned
+  bool empty = false;
+  bool unusual = false;  // a symbolic size or stride, or an overflowing count
+  for (size_t i = n; i > 0; --i) {
+    const size_t d = i - 1;
+    if (d == skip) continue;
+    const int64_t s = sizes[d];
+    unusual = unusual || s < 0 || strides[d] < 0 || __builtin_mul_overflow(numel, s, &numel);
+    empty = empty || s == 0;
+    if (!decided && s != 1) {
+      if (s == 0 || static_cast<uint64_t>(strides[d]) != expected) {
+        decided = true;
+        contiguous = s == 0;
+      }
+      expected *= static_cast<uint64_t>(s);
+    }
+  }
+  if (__builtin_expect(unusual || n - 1 > DimVector::kInline || sizes_.size() > DimVector::kInline, 0)) {
+    resetWrapperWithoutDim(*this, value, skip);
+    return;
+  }
+  sizes_.assignInPlaceWithout(sizes, skip);
+  strides_.assignInPlaceWithout(strides, skip);
+  storage_ = v->storage_;
+  storage_offset_ = v->storage_offset_;
+  dtype_ = v->dtype_;
+  numel_ = empty ? 0 : numel;
+  is_contiguous_ = contiguous;
+  requires_grad_ = false;
+  key_set_ = computeKeySet(storage_->device(), false) | layer_keys_;
+}
+
 TensorWrapper::~TensorWrapper() = default;
 AutogradMetaInterface::~AutogradMetaInterface() = default;
 AutogradHooks::~AutogradHooks() = default;

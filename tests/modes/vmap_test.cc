@@ -195,6 +195,75 @@ TEST(VmapApi, AnExceptionInsideLeavesNoLevelBehind) {
   EXPECT_FALSE(tls_local_dispatch_key_set().included.has(DispatchKey::Batched));
 }
 
+// A function of Tensors returning one Tensor, without chunk_size, takes vmap()'s short
+// path (VmapCall::enterTensors / finishTensor); the same function returning a tuple
+// takes the general one. Both give the same results and errors for every out_dim and
+// every kind of result: batched with its batch dim moved or not, unbatched (expanded),
+// an input returned as it is, an outer level's tensor, an escaped one.
+TEST(VmapApi, TheOneTensorPathAndTheGeneralPathAgree) {
+  const Tensor x = rnd({3, 4, 2}), y = rnd({4, 3});
+  using F = std::function<Tensor(const Tensor&, const Tensor&)>;
+  const std::vector<std::pair<std::string, F>> fns = {
+      {"batched", [](const Tensor& a, const Tensor& b) { return ops::add(a, ops::unsqueeze(ops::transpose(b, 0, 0), 1)); }},
+      {"moved", [](const Tensor& a, const Tensor&) { return ops::movedim(a, 0, 1); }},
+      {"input", [](const Tensor& a, const Tensor&) { return a; }},
+      {"unbatched", [](const Tensor&, const Tensor&) { return ops::ones({2, 2}); }},
+  };
+  for (const auto& [name, fn] : fns) {
+    for (const modes::Dims& out_dims : {modes::Dims(0), modes::Dims(1), modes::Dims(-1), modes::Dims(2),
+                                        modes::Dims(3), modes::Dims(-4), modes::Dims({DimEntry(1)})}) {
+      SCOPED_TRACE(name + ", out_dims " + out_dims.str());
+      const modes::Dims tuple_out = out_dims.is_tuple() ? out_dims : modes::Dims({out_dims.all()});
+      auto shortPath = [&] { return vmap(fn, {0, 1}, out_dims)(x, y); };
+      auto general = [&] {
+        return std::get<0>(
+            vmap([&](const Tensor& a, const Tensor& b) { return std::make_tuple(fn(a, b)); }, {0, 1}, tuple_out)(x, y));
+      };
+      Tensor a, b;
+      const std::string ea = errorOf([&] { a = shortPath(); }), eb = errorOf([&] { b = general(); });
+      if (out_dims.str() == "3" || out_dims.str() == "-4") {
+        EXPECT_THAT(ea, HasSubstr("Dimension out of range (expected to be in range of [-3, 2]"));
+      }
+      if (ea.empty() || eb.empty()) {
+        EXPECT_EQ(ea.empty(), eb.empty()) << ea << eb;
+        if (ea.empty() && eb.empty()) EXPECT_TRUE(same(a, b));
+        EXPECT_FALSE(modes::is_batched(a));
+      } else {
+        // The messages differ only in how out_dims is printed: "1" or "(1,)".
+        EXPECT_THAT(eb, HasSubstr(ea.substr(ea.find("): ") + 3)));
+      }
+      EXPECT_EQ(modes::vmap_depth(), 0u);
+    }
+  }
+  // Under an outer vmap, the inner short path passes the outer level's tensors
+  // through and returns an outer tensor expanded.
+  const Tensor z = rnd({2, 3, 4});
+  auto inner = [](const Tensor& outer_t) {
+    return vmap([&outer_t](const Tensor& t) { return ops::add(t, outer_t); })(outer_t);
+  };
+  auto inner_general = [](const Tensor& outer_t) {
+    return std::get<0>(vmap([&outer_t](const Tensor& t) { return std::make_tuple(ops::add(t, outer_t)); })(outer_t));
+  };
+  const Tensor nested = vmap(inner)(z);
+  EXPECT_THAT(std::vector<int64_t>(nested.sizes().begin(), nested.sizes().end()), ElementsAre(2, 3, 3, 4));
+  EXPECT_TRUE(same(nested, vmap(inner_general)(z)));
+  // nested[b, i, j] = z[b, i] + z[b, j]; here b = 1, j = 2, every i.
+  EXPECT_TRUE(same(ops::select(ops::select(nested, 0, 1), 1, 2),
+                   ops::add(ops::select(z, 0, 1), ops::select(ops::select(z, 0, 1), 0, 2))));
+  auto escaping = vmap([&outer = z](const Tensor& t) {
+    return vmap([&t](const Tensor&) { return t; }, 0, 0)(ops::ones({5}));
+  });
+  const Tensor expanded = escaping(z);
+  EXPECT_THAT(std::vector<int64_t>(expanded.sizes().begin(), expanded.sizes().end()), ElementsAre(2, 5, 3, 4));
+  // A batched tensor kept from an earlier call is an escape, on both paths.
+  Tensor kept;
+  (void)vmap([&kept](const Tensor& t) { kept = t; return t; })(x);
+  EXPECT_THAT(errorOf([&] { vmap([&kept](const Tensor&) { return kept; })(x); }),
+              HasSubstr("it escaped its own vmap"));
+  EXPECT_THAT(errorOf([&] { vmap([&kept](const Tensor&) { return std::make_tuple(kept); })(x); }),
+              HasSubstr("it escaped its own vmap"));
+}
+
 // --- Batched tensors and levels. -------------------------------------------------
 
 TEST(VmapLevels, NestedVmapsWithDifferentInDims) {

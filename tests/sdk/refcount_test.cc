@@ -21,6 +21,7 @@
 #include "strata/intrusive_ptr.h"
 #include "strata/library.h"
 #include "strata/storage.h"
+#include "strata/sym_int.h"
 #include "strata/tensor.h"
 
 namespace strata {
@@ -547,6 +548,86 @@ TEST_F(RefcountTest, AWrapperHeldOnceOnItsThreadIsReusedAnyOtherIsRefused) {
   EXPECT_EQ(t.numel(), 0);
   EXPECT_TRUE(t.is_contiguous());
   EXPECT_TRUE(t.is_cpu());
+}
+
+// reset_wrapper_hiding_dim is reset_wrapper with the value's metadata less one dim,
+// for every dim of values of every kind (views, expanded, zero-sized, meta, more dims
+// than kept in place, symbolic sizes), and refuses what reset_wrapper refuses.
+TEST_F(RefcountTest, ResetWrapperHidingADimIsResetWrapperWithoutThatDim) {
+  const Tensor data = zeros({4, 6});
+  auto makeWrapper = [&] {
+    return Tensor(make_intrusive<TensorImpl>(data.storage(), ScalarType::Float, std::vector<int64_t>{6},
+                                             std::vector<int64_t>{1}, 0, DispatchKeySet(DispatchKey::Batched),
+                                             make_intrusive<NoteWrapper>()));
+  };
+  const Tensor fast = makeWrapper(), general = makeWrapper();
+  const Tensor base = zeros({2, 3, 4, 5});
+  const Tensor sym_value = empty_strided(std::vector<int64_t>{2, sym::newSymbol("s_hide", 2), 3},
+                                         std::vector<int64_t>{1, 1, 1}, TensorOptions().with_device(kMeta));
+  const std::vector<Tensor> values = {
+      base,
+      base.permute({2, 0, 3, 1}),
+      base.select(1, 2),
+      empty_strided(std::vector<int64_t>{3, 5, 4}, std::vector<int64_t>{4, 0, 1}),  // expanded
+      zeros({0, 3}),
+      empty_strided(std::vector<int64_t>{0, 3}, std::vector<int64_t>{3, 5}),  // contiguous only while dim 0 counts
+      empty_strided(std::vector<int64_t>{0, 3, 2}, std::vector<int64_t>{3, 5, 1}),  // not contiguous without dim 2
+      empty_strided(std::vector<int64_t>{3, 0, 2}, std::vector<int64_t>{7, 2, 1}),
+      zeros({7}),
+      zeros({1, 1, 2}),
+      empty({2, 3, 1, 2, 1, 3, 2}, TensorOptions(ScalarType::Long).with_device(kMeta)),
+      zeros({2, 3, 1, 2, 1, 3}).transpose(0, 5),
+      sym_value,
+      base.slice(3, 1, 4),
+  };
+  for (const Tensor& v : values) {
+    for (int64_t h = 0; h < v.dim(); ++h) {
+      SCOPED_TRACE("value " + sym::shapeStr(v.sizes()) + " strides " + sym::shapeStr(v.strides()) +
+                   ", hiding dim " + std::to_string(h));
+      std::vector<int64_t> sizes, strides;
+      for (int64_t d = 0; d < v.dim(); ++d) {
+        if (d == h) continue;
+        sizes.push_back(v.sizes()[static_cast<size_t>(d)]);
+        strides.push_back(v.strides()[static_cast<size_t>(d)]);
+      }
+      general.unsafeGetTensorImpl()->reset_wrapper(v.storage(), v.dtype(), sizes, strides, v.storage_offset());
+      fast.unsafeGetTensorImpl()->reset_wrapper_hiding_dim(v, h);
+      EXPECT_EQ(std::vector<int64_t>(fast.sizes().begin(), fast.sizes().end()), sizes);
+      EXPECT_EQ(std::vector<int64_t>(fast.strides().begin(), fast.strides().end()), strides);
+      EXPECT_EQ(fast.numel(), general.numel());
+      EXPECT_EQ(fast.is_contiguous(), general.is_contiguous());
+      EXPECT_EQ(fast.storage_offset(), v.storage_offset());
+      EXPECT_EQ(fast.dtype(), v.dtype());
+      EXPECT_EQ(fast.key_set(), general.key_set());
+      EXPECT_TRUE(fast.is_alias_of(v));
+    }
+  }
+  // Hiding dim 0 of [0, 2^40, 2^40] leaves a count that does not fit: Error(Value), as
+  // reset_wrapper gives; nothing changed.
+  fast.unsafeGetTensorImpl()->reset_wrapper_hiding_dim(base, 1);
+  const Tensor huge =
+      empty_strided(std::vector<int64_t>{0, int64_t{1} << 40, int64_t{1} << 40}, std::vector<int64_t>{0, 0, 0});
+  EXPECT_THAT(testing::errorOf(ErrorKind::Value,
+                               [&] { fast.unsafeGetTensorImpl()->reset_wrapper_hiding_dim(huge, 0); }),
+              ::testing::HasSubstr("hold more elements than fit in 64 bits"));
+  EXPECT_EQ(fast.dim(), 3);
+  EXPECT_EQ(fast.numel(), 40);
+  EXPECT_TRUE(fast.is_alias_of(base));
+  EXPECT_THAT(testing::errorOf(ErrorKind::Index, [&] { fast.unsafeGetTensorImpl()->reset_wrapper_hiding_dim(base, 4); }),
+              ::testing::HasSubstr("dim 4 is out of range for a tensor of dimensionality 4"));
+  EXPECT_THAT(testing::errorOf(ErrorKind::Index, [&] { fast.unsafeGetTensorImpl()->reset_wrapper_hiding_dim(base, -1); }),
+              ::testing::HasSubstr("dim -1 is out of range"));
+  EXPECT_THAT(internalErrorOf([&] { fast.unsafeGetTensorImpl()->reset_wrapper_hiding_dim(Tensor(), 0); }),
+              ::testing::HasSubstr("must be a defined tensor other than the wrapper"));
+  EXPECT_THAT(internalErrorOf([&] { fast.unsafeGetTensorImpl()->reset_wrapper_hiding_dim(fast, 0); }),
+              ::testing::HasSubstr("must be a defined tensor other than the wrapper"));
+  {
+    const Tensor copy = fast;  // held twice: refused
+    EXPECT_THAT(internalErrorOf([&] { fast.unsafeGetTensorImpl()->reset_wrapper_hiding_dim(base, 0); }),
+                ::testing::HasSubstr("reset_wrapper_hiding_dim"));
+  }
+  EXPECT_EQ(fast.dim(), 3);
+  EXPECT_EQ(fast.numel(), 40);
 }
 
 // A typed call that reaches a boxed kernel boxes into a Stack in its own frame (Note

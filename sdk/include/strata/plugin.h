@@ -24,7 +24,7 @@
 //   #include "mybundle.moc"
 //
 // bundle.json:
-//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 4, "minor": 1},
+//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 4, "minor": 2},
 //    "description": "...", "defines": ["mylib"], "implements": []}
 //
 // "defines": the namespaces whose DEF library the bundle holds; "implements": the
@@ -56,9 +56,11 @@
 // reads a field an older host's operators lack; 4, modes::BoxedDispatchMode, a
 // class an older host's modes library does not have (minors of major 3; major 4
 // starts again at 0); 1, TensorImpl::release_wrapper / reset_wrapper (Note [Reusing
-// wrapper tensors] in strata/tensor.h) and modes::vmap_spare_batched_tensors.
+// wrapper tensors] in strata/tensor.h) and modes::vmap_spare_batched_tensors; 2,
+// TensorImpl::reset_wrapper_hiding_dim and vmap()'s call in three steps
+// (VmapCall::enterTensors / exitTensors / finishTensor, which vmap.h's template calls).
 #define STRATA_SDK_ABI_MAJOR 4
-#define STRATA_SDK_ABI_MINOR 1
+#define STRATA_SDK_ABI_MINOR 2
 // The Qt plugin interface id of every Strata bundle.
 #define STRATA_BUNDLE_IID "org.strata.Bundle/1"
 

@@ -133,6 +133,14 @@ class STRATA_API DimVector {
     n_ = v.size();
     for (size_t i = 0; i < n_; ++i) inline_[i] = v[i];
   }
+  // v without its element `skip`. REQUIRES: v.size() - 1 <= kInline, skip < v.size(),
+  // v not aliasing *this.
+  void assignInPlaceWithout(IntArrayRef v, size_t skip) noexcept {
+    heap_.reset();
+    n_ = v.size() - 1;
+    for (size_t i = 0; i < skip; ++i) inline_[i] = v[i];
+    for (size_t i = skip; i < n_; ++i) inline_[i] = v[i + 1];
+  }
   const int64_t* data() const { return heap_ ? heap_.get() : inline_; }
   size_t size() const { return n_; }
   const int64_t* begin() const { return data(); }
@@ -184,6 +192,12 @@ class STRATA_API TensorImpl final : public intrusive_ptr_target {
   // count overflows: Error(Value), as there). sizes and strides may be views of this
   // impl's own.
   void reset_wrapper(Storage storage, ScalarType dtype, IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
+  // reset_wrapper with value's storage, dtype and offset, and value's sizes and
+  // strides without dim `hidden`: a vmap batched tensor's metadata (its value's, the
+  // batch dim hidden), made in one pass from a tensor already known to be valid.
+  // value must be defined and not this tensor (Error(Internal)); hidden in
+  // [0, value.dim()) (Error(Index)).
+  void reset_wrapper_hiding_dim(const Tensor& value, int64_t hidden);
 
   // Sets the flag and the autograd key; no other check (Tensor::set_requires_grad
   // has the user-facing ones).

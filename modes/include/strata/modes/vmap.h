@@ -254,6 +254,15 @@ class STRATA_MODES_API VmapCall {
   // chunk's outputs).
   void finish(Leaves& leaves);
 
+  // The usual call in three steps, with what passes 1 to 3 do: every argument a
+  // Tensor, no chunk_size, one Tensor returned. enterTensors checks the n inputs,
+  // enters the chunk and wraps inputs[i] into wrapped[i]; exitTensors spends the
+  // wrapped inputs (when nothing else holds them) and exits the chunk; finishTensor
+  // returns fn's result unwrapped.
+  void enterTensors(const Tensor* const* inputs, Tensor* wrapped, size_t n);
+  void exitTensors(Tensor* wrapped, size_t n);
+  Tensor finishTensor(Tensor out);
+
   struct TensorIn {
     Dim dim;           // normalized, >= 0
     int64_t size = 0;  // of the mapped dim
@@ -354,6 +363,34 @@ class Vmapped {
 
   template <typename... Args>
   auto operator()(const Args&... args) const {
+    if constexpr (sizeof...(Args) > 0 && (std::is_same_v<Args, Tensor> && ...)) {
+      using Wrapped = std::array<Tensor, sizeof...(Args)>;
+      if constexpr (std::is_same_v<std::decay_t<decltype(std::apply(fn_, std::declval<Wrapped&>()))>, Tensor>) {
+        if (!chunk_size_) return callTensors(args...);
+      }
+    }
+    return callGeneral(args...);
+  }
+
+ private:
+  // Every argument a Tensor, one Tensor returned, one chunk: the steps of callGeneral
+  // with nothing to walk through.
+  template <typename... Args>
+  Tensor callTensors(const Args&... args) const {
+    detail::VmapCall call(in_dims_, out_dims_, randomness_, chunk_size_, sizeof...(Args));
+    const Tensor* inputs[] = {&args...};
+    Tensor out;
+    {
+      std::array<Tensor, sizeof...(Args)> wrapped;
+      call.enterTensors(inputs, wrapped.data(), sizeof...(Args));
+      out = std::apply(fn_, wrapped);
+      call.exitTensors(wrapped.data(), sizeof...(Args));
+    }
+    return call.finishTensor(std::move(out));
+  }
+
+  template <typename... Args>
+  auto callGeneral(const Args&... args) const {
     detail::VmapCall call(in_dims_, out_dims_, randomness_, chunk_size_, sizeof...(Args));
     {
       size_t i = 0;
@@ -378,7 +415,6 @@ class Vmapped {
     return std::move(*first);
   }
 
- private:
   F fn_;
   Dims in_dims_;
   Dims out_dims_;
