@@ -250,7 +250,7 @@ TEST(VmapApi, TheOneTensorPathAndTheGeneralPathAgree) {
   // nested[b, i, j] = z[b, i] + z[b, j]; here b = 1, j = 2, every i.
   EXPECT_TRUE(same(ops::select(ops::select(nested, 0, 1), 1, 2),
                    ops::add(ops::select(z, 0, 1), ops::select(ops::select(z, 0, 1), 0, 2))));
-  auto escaping = vmap([&outer = z](const Tensor& t) {
+  auto escaping = vmap([](const Tensor& t) {
     return vmap([&t](const Tensor&) { return t; }, 0, 0)(ops::ones({5}));
   });
   const Tensor expanded = escaping(z);
@@ -262,6 +262,42 @@ TEST(VmapApi, TheOneTensorPathAndTheGeneralPathAgree) {
               HasSubstr("it escaped its own vmap"));
   EXPECT_THAT(errorOf([&] { vmap([&kept](const Tensor&) { return std::make_tuple(kept); })(x); }),
               HasSubstr("it escaped its own vmap"));
+  // Unmapped arguments, and an outer level's tensor passed unmapped to an inner vmap.
+  const Tensor u = rnd({3});
+  EXPECT_TRUE(same(vmap([](const Tensor& a, const Tensor& c) { return ops::mul(a, c); }, {0, std::nullopt})(y, u),
+                   ops::mul(y, u)));
+  const Tensor outer_unmapped = vmap([&u](const Tensor& row) {
+    return vmap([](const Tensor& a, const Tensor& c) { return ops::add(a, c); }, {std::nullopt, 0})(row, u);
+  })(y);
+  EXPECT_THAT(std::vector<int64_t>(outer_unmapped.sizes().begin(), outer_unmapped.sizes().end()), ElementsAre(4, 3, 3));
+  EXPECT_TRUE(same(ops::select(outer_unmapped, 1, 1), ops::add(y, ops::select(u, 0, 1))));
+  // Other signatures: Tensors by value and by reference, a reference returned.
+  EXPECT_TRUE(same(vmap([](Tensor a, Tensor& c) { return ops::mul(a, c); })(x, x), ops::mul(x, x)));
+  EXPECT_TRUE(same(vmap([](const Tensor& a) -> const Tensor& { return a; }, 0, 1)(x), ops::movedim(x, 0, 1)));
+  // A batch of 0.
+  const Tensor none = vmap([](const Tensor& a) { return ops::mul(a, a); })(ops::zeros({0, 3}));
+  EXPECT_THAT(std::vector<int64_t>(none.sizes().begin(), none.sizes().end()), ElementsAre(0, 3));
+  // A throw while the inputs are wrapped (the second one's logical count does not fit
+  // once its batch dim of 0 is hidden), and fn throwing while it keeps an input: no
+  // level is left behind and the next call works.
+  const Tensor huge =
+      empty_strided(std::vector<int64_t>{0, int64_t{1} << 40, int64_t{1} << 40}, std::vector<int64_t>{0, 0, 0});
+  EXPECT_THAT(errorOf([&] { vmap([](const Tensor& a, const Tensor&) { return a; })(ops::zeros({0, 2}), huge); }),
+              HasSubstr("hold more elements than fit in 64 bits"));
+  EXPECT_EQ(modes::vmap_depth(), 0u);
+  Tensor held;
+  EXPECT_THAT(errorOf([&] {
+                vmap([&held](const Tensor& a) -> Tensor {
+                  held = a;
+                  return vmap([](const Tensor& b) -> Tensor { STRATA_FAIL(Value, "inner boom ", b.dim()); })(a);
+                })(z);
+              }),
+              HasSubstr("inner boom 1"));
+  EXPECT_EQ(modes::vmap_depth(), 0u);
+  EXPECT_FALSE(tls_local_dispatch_key_set().included.has(DispatchKey::Batched));
+  EXPECT_THAT(errorOf([&] { (void)ops::add(held, held); }), HasSubstr("whose vmap has returned"));
+  held = Tensor();
+  EXPECT_TRUE(same(vmap([](const Tensor& a) { return ops::mul(a, a); })(z), ops::mul(z, z)));
 }
 
 // --- Batched tensors and levels. -------------------------------------------------

@@ -69,7 +69,8 @@ class Tensor;
 // and on its TensorWrapper, no autograd metadata), nothing else can see it, and
 // TensorImpl::release_wrapper drops its storage (a spent wrapper never holds the data
 // it last wrapped, so keeping it costs a few hundred bytes, not a tensor) and
-// reset_wrapper points it at new metadata, as a fresh one would have. The spares are
+// reset_wrapper points it at new metadata, as a fresh one would have
+// (reset_wrapper_hiding_dim: a value's metadata less one dim, vmap's case). The spares are
 // per thread, bounded, and freed when the thread exits. While a thread is detached
 // (Note [Biased reference counts]) no object is unique_here(), so nothing is reused.
 class STRATA_API TensorWrapper : public intrusive_ptr_target {
