@@ -912,7 +912,6 @@ void VmapCall::enterTensors(const Tensor* const* inputs, Tensor* wrapped, size_t
     const Dim d = tensors_[i].dim;
     wrapped[i] = d ? makeBatched(*inputs[i], *d, level_) : *inputs[i];
   }
-  cursor_ = n;
 }
 
 void VmapCall::exitTensors(Tensor* wrapped, size_t n) {

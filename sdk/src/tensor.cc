@@ -264,8 +264,10 @@ void TensorImpl::reset_wrapper_hiding_dim(const Tensor& value, int64_t hidden) {
   // Note [Reusing wrapper tensors]
   if (__builtin_expect(!reusable_wrapper(), 0)) refuseWrapperReuse("reset_wrapper_hiding_dim");
   const TensorImpl* v = value.unsafeGetTensorImpl();
-  STRATA_CHECK(v != nullptr && v != this && v->storage_, Internal,
+  STRATA_CHECK(v != nullptr && v != this, Internal,
                "TensorImpl::reset_wrapper_hiding_dim: the value must be a defined tensor other than the wrapper");
+  STRATA_CHECK(v->storage_, Internal,
+               "TensorImpl::reset_wrapper_hiding_dim: the value has no storage (a spent wrapper holds none)");
   const size_t n = v->sizes_.size();
   STRATA_CHECK(hidden >= 0 && static_cast<size_t>(hidden) < n, Index, "TensorImpl::reset_wrapper_hiding_dim: dim ",
                hidden, " is out of range for a tensor of dimensionality ", n);

@@ -628,6 +628,9 @@ TEST_F(RefcountTest, ResetWrapperHidingADimIsResetWrapperWithoutThatDim) {
               ::testing::HasSubstr("must be a defined tensor other than the wrapper"));
   EXPECT_THAT(internalErrorOf([&] { fast.unsafeGetTensorImpl()->reset_wrapper_hiding_dim(fast, 0); }),
               ::testing::HasSubstr("must be a defined tensor other than the wrapper"));
+  general.unsafeGetTensorImpl()->release_wrapper();
+  EXPECT_THAT(internalErrorOf([&] { fast.unsafeGetTensorImpl()->reset_wrapper_hiding_dim(general, 0); }),
+              ::testing::HasSubstr("the value has no storage (a spent wrapper holds none)"));
   {
     const Tensor copy = fast;  // held twice: refused
     EXPECT_THAT(internalErrorOf([&] { fast.unsafeGetTensorImpl()->reset_wrapper_hiding_dim(base, 0); }),

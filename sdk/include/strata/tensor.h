@@ -196,8 +196,8 @@ class STRATA_API TensorImpl final : public intrusive_ptr_target {
   // reset_wrapper with value's storage, dtype and offset, and value's sizes and
   // strides without dim `hidden`: a vmap batched tensor's metadata (its value's, the
   // batch dim hidden), made in one pass from a tensor already known to be valid.
-  // value must be defined and not this tensor (Error(Internal)); hidden in
-  // [0, value.dim()) (Error(Index)).
+  // value must be defined, not this tensor, and not spent (Error(Internal)); hidden
+  // in [0, value.dim()) (Error(Index)).
   void reset_wrapper_hiding_dim(const Tensor& value, int64_t hidden);
 
   // Sets the flag and the autograd key; no other check (Tensor::set_requires_grad
