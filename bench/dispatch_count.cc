@@ -41,13 +41,19 @@ int runVmap(bool vmapped, long calls) {
   lib.def("muladd(Tensor a, Tensor b, float c) -> Tensor");
   lib.impl("muladd", &bench::muladd_vm_cpu, DispatchKey::CPU);
   const auto op = Dispatcher::singleton().findSchemaOrThrow("dispatch_count_vm::muladd").typed<VmSig>();
-  modes::register_vmap("dispatch_count_vm::muladd", bench::muladdVmapRule(op), lib);
-  const Tensor x = ones({8, 4}), y = ones({8, 4});
+  if (std::getenv("VMAP_BOXED_RULE") != nullptr) {
+    modes::register_vmap("dispatch_count_vm::muladd", bench::muladdVmapRule(op), lib);
+  } else {
+    modes::register_vmap<VmSig>("dispatch_count_vm::muladd", bench::muladdTypedVmapRule(op), lib);
+  }
+  const char* rows = std::getenv("VMAP_B");  // the batch size (default 8)
+  const int64_t b = rows != nullptr ? std::atol(rows) : 8;
+  const Tensor x = ones({b, 4}), y = ones({b, 4});
   const auto f = modes::vmap([&op](const Tensor& p, const Tensor& q) { return op.call(p, q, 2.0); });
   const auto g = modes::vmap([](const Tensor& p, const Tensor&) { return p; });
   const bool ident = std::getenv("VMAP_IDENT") != nullptr;
   long results = 0;
-  for (long i = 0; i < calls; ++i) results += (vmapped ? (ident ? g(x, y) : f(x, y)) : op.call(x, y, 2.0)).sizes()[0] == 8 ? 1 : 0;
+  for (long i = 0; i < calls; ++i) results += (vmapped ? (ident ? g(x, y) : f(x, y)) : op.call(x, y, 2.0)).sizes()[0] == b ? 1 : 0;
   std::printf("%ld results\n", results);
   return results == calls ? 0 : 1;
 }

@@ -17,6 +17,7 @@ namespace {
 
 struct VmapOps {
   TypedOperatorHandle<VmSig> with_rule;
+  TypedOperatorHandle<VmSig> with_boxed_rule;
   TypedOperatorHandle<VmSig> without_rule;
 };
 
@@ -27,12 +28,17 @@ const VmapOps& vmapOps() {
     modes::set_warning_sink([](std::string_view) {});  // the fallback's one warning
     auto* lib = new Library(Library::DEF, "bench_vm");
     lib->def("muladd(Tensor a, Tensor b, float c) -> Tensor");
+    lib->def("muladd_boxed(Tensor a, Tensor b, float c) -> Tensor");
     lib->def("muladd_loop(Tensor a, Tensor b, float c) -> Tensor");
     lib->impl("muladd", &muladd_vm_cpu, DispatchKey::CPU);
+    lib->impl("muladd_boxed", &muladd_vm_cpu, DispatchKey::CPU);
     lib->impl("muladd_loop", &muladd_vm_cpu, DispatchKey::CPU);
-    auto op = Dispatcher::singleton().findSchemaOrThrow("bench_vm::muladd", "").typed<VmSig>();
-    modes::register_vmap("bench_vm::muladd", muladdVmapRule(op), *lib);
-    return VmapOps{op, Dispatcher::singleton().findSchemaOrThrow("bench_vm::muladd_loop", "").typed<VmSig>()};
+    Dispatcher& d = Dispatcher::singleton();
+    auto op = d.findSchemaOrThrow("bench_vm::muladd", "").typed<VmSig>();
+    auto boxed = d.findSchemaOrThrow("bench_vm::muladd_boxed", "").typed<VmSig>();
+    modes::register_vmap<VmSig>("bench_vm::muladd", muladdTypedVmapRule(op), *lib);
+    modes::register_vmap("bench_vm::muladd_boxed", muladdVmapRule(boxed), *lib);
+    return VmapOps{op, boxed, d.findSchemaOrThrow("bench_vm::muladd_loop", "").typed<VmSig>()};
   }();
   return ops;
 }
@@ -41,12 +47,13 @@ void runVmapped(benchmark::State& s, const TypedOperatorHandle<VmSig>& op) {
   const int64_t b = s.range(0);
   const Tensor x = ones({b, 4}), y = ones({b, 4});
   const auto f = modes::vmap([&op](const Tensor& p, const Tensor& q) { return op.call(p, q, 2.0); });
-  Tensor out;
-  for (auto _ : s) benchmark::DoNotOptimize(out = f(x, y));
+  for (auto _ : s) benchmark::DoNotOptimize(f(x, y));
+  const Tensor out = f(x, y);
   if (out.dim() != 2 || out.sizes()[0] != b || out.sizes()[1] != 4) s.SkipWithError("vmap gave the wrong shape");
 }
 
 void vmap_muladd_rule(benchmark::State& s) { runVmapped(s, vmapOps().with_rule); }
+void vmap_muladd_boxed_rule(benchmark::State& s) { runVmapped(s, vmapOps().with_boxed_rule); }
 void vmap_muladd_fallback(benchmark::State& s) { runVmapped(s, vmapOps().without_rule); }
 
 // The rule's work without the layer: one plain call on the [B, 4] data.
@@ -72,6 +79,7 @@ void batches(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 BENCHMARK(vmap_muladd_rule)->Name("vmap/muladd_rule")->Apply(batches);
+BENCHMARK(vmap_muladd_boxed_rule)->Name("vmap/muladd_boxed_rule")->Apply(batches);
 BENCHMARK(vmap_muladd_plain)->Name("vmap/muladd_plain")->Apply(batches);
 BENCHMARK(vmap_muladd_fallback)->Name("vmap/muladd_fallback")->Apply(batches);
 BENCHMARK(vmap_nested_2x8)->Name("vmap/nested_2x8");

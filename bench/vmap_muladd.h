@@ -31,4 +31,14 @@ inline modes::VmapRule muladdVmapRule(TypedOperatorHandle<VmSig> op) {
   };
 }
 
+// The same rule in the typed form (register_vmap<VmSig>): reached without boxing.
+inline auto muladdTypedVmapRule(TypedOperatorHandle<VmSig> op) {
+  return [op](const modes::VmapInfo& info, const Tensor& a, modes::Dim a_bdim, const Tensor& b, modes::Dim b_bdim,
+              double c) {
+    return std::make_tuple(op.call(modes::move_bdim_to_front(a, a_bdim, info.batch_size),
+                                   modes::move_bdim_to_front(b, b_bdim, info.batch_size), c),
+                           0);
+  };
+}
+
 }  // namespace strata::bench

@@ -48,7 +48,7 @@ struct Session {
 };
 std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load_plugins);
 
-// "0.1.0 (SDK ABI 4.2, store schema 5)": what `strata --version` prints after "strata ".
+// "0.1.0 (SDK ABI 4.3, store schema 5)": what `strata --version` prints after "strata ".
 QString versionText();
 
 // A host is live while it heartbeats (every second) and has not stopped; one silent

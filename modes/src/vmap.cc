@@ -412,6 +412,20 @@ int writtenArgumentOf(const FunctionSchema& schema, size_t ret) {
   return -1;
 }
 
+// Output j of a rule, wrapped at the level with out_dim d; checked first.
+Tensor wrapRuleOutput(const OperatorHandle& op, Tensor t, Dim d, size_t j, uint64_t level) {
+  if (const auto* b = batchedOf(t); b != nullptr && b->level >= level) {
+    STRATA_FAIL(Value, "vmap: the batching rule for ", op.name(), " returned (output ", j,
+                ") a batched tensor of vmap level ", b->level,
+                "; a rule returns the values of its level, which vmap wraps");
+  }
+  if (!d) return t;
+  const int64_t k = t.dim();
+  STRATA_CHECK(*d >= -k && *d < k, Value, "vmap: the batching rule for ", op.name(), " returned out_dim ", *d,
+               " for output ", j, ", a tensor of dimensionality ", k, ", so expected -", k, " <= out_dim < ", k);
+  return makeBatched(std::move(t), *d < 0 ? *d + k : *d, level);
+}
+
 // Wraps what a rule returned at the level and pushes it; checks it first.
 void pushRuleOutputs(const OperatorHandle& op, VmapResult& result, const Stack& original_args, Stack& stack,
                      const Level& level) {
@@ -423,18 +437,7 @@ void pushRuleOutputs(const OperatorHandle& op, VmapResult& result, const Stack& 
   STRATA_CHECK(result.out_dims.size() == n || (result.out_dims.size() == 1 && n > 0), Value,
                "vmap: the batching rule for ", op.name(), " returned ", result.out_dims.size(),
                " out_dims for ", n, " output", n == 1 ? "" : "s", ": give one per output (or one for all)");
-  auto wrapOne = [&](Tensor t, Dim d, size_t j) -> Tensor {
-    if (const auto* b = batchedOf(t); b != nullptr && b->level >= level.id) {
-      STRATA_FAIL(Value, "vmap: the batching rule for ", op.name(), " returned (output ", j,
-                  ") a batched tensor of vmap level ", b->level,
-                  "; a rule returns the values of its level, which vmap wraps");
-    }
-    if (!d) return t;
-    const int64_t k = t.dim();
-    STRATA_CHECK(*d >= -k && *d < k, Value, "vmap: the batching rule for ", op.name(), " returned out_dim ", *d,
-                 " for output ", j, ", a tensor of dimensionality ", k, ", so expected -", k, " <= out_dim < ", k);
-    return makeBatched(std::move(t), *d < 0 ? *d + k : *d, level.id);
-  };
+  auto wrapOne = [&](Tensor t, Dim d, size_t j) -> Tensor { return wrapRuleOutput(op, std::move(t), d, j, level.id); };
   for (size_t j = 0; j < n; ++j) {
     const Dim d = result.out_dims.size() == 1 ? result.out_dims[0] : result.out_dims[j];
     IValue& v = result.outputs[j];
@@ -674,6 +677,47 @@ void batchedKernel(const OperatorHandle& op, Stack& stack, const RuleData* rule)
   runFallback(op, stack, base, level, random);
 }
 
+void runBatchedKernel(const OperatorHandle& op, Stack& stack, const RuleData& rule) { batchedKernel(op, stack, &rule); }
+
+// The typed path of a rule (register_vmap<Sig>): runRule's steps, with the values
+// the caller passed instead of a stack. What it does not take (--explain's notes, an
+// op not of this level, a rule that runs unbatched) is left to the boxed path.
+bool TypedRuleFrame::enter(const OperatorHandle& op, const Tensor* const* tensors, const Tensor** values, Dim* bdims,
+                           size_t n) {
+  if (!anyVisible() || dispatch_observed()) return false;
+  const Level& cur = t_vmap->visible.back();
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) {
+    values[i] = tensors[i];
+    bdims[i] = std::nullopt;
+    if (tensors[i] == nullptr) continue;
+    if (const BatchedWrapper* b = atLevel(op, *tensors[i], &cur)) {
+      values[i] = &b->value;
+      bdims[i] = b->bdim;
+      any = true;
+    }
+  }
+  if (!any) return false;
+  level_ = cur.id;
+  batch_size_ = cur.batch_size;
+  randomness_ = cur.randomness;
+  t_vmap->visible.pop_back();
+  syncBatchedKey();
+  entered_ = true;
+  return true;
+}
+
+Tensor TypedRuleFrame::wrap(const OperatorHandle& op, Tensor&& out, Dim d, size_t j) const {
+  return wrapRuleOutput(op, std::move(out), d, j, level_);
+}
+
+void TypedRuleFrame::leave() noexcept {
+  // The level came off this stack in enter(): its slot is still reserved.
+  t_vmap->visible.push_back(Level{level_, batch_size_, randomness_});
+  syncBatchedKey();
+  entered_ = false;
+}
+
 }  // namespace detail
 
 // --- register_vmap -------------------------------------------------------------
@@ -703,6 +747,30 @@ RegistrationHandleRAII addVmapRule(std::string_view op_text, VmapRule rule, bool
                               batchedKernel(op, stack, data.get());
                             }),
                         {RegistrationOwnerGuard::current(), "vmap batching rule; " + debug, allow_override});
+}
+
+RegistrationHandleRAII addTypedVmapRule(std::string_view op_text, VmapRule boxed, TypedKernelMaker make,
+                                        bool allow_override, std::source_location where) {
+  initialize();
+  const std::string debug = registeredAt(where);
+  const char* api = "register_vmap<Sig>";
+  if (strata::detail::capturingStaticRegistrations()) {
+    return strata::detail::refuseStaticRegistration(std::string(api) + "(" + std::string(op_text) + ") (" + debug +
+                                                    ")");
+  }
+  STRATA_CHECK(boxed != nullptr && make != nullptr, Value, api, "(", op_text, "): the rule is empty");
+  const OperatorName name = parseOperatorName(op_text);
+  Dispatcher& d = Dispatcher::singleton();
+  auto handle = d.findSchema(name);
+  STRATA_CHECK(handle.has_value(), NotImplemented, api, "(", op_text, "): no operator named ", name.str(),
+               " has a schema; define it first (Library::def)");
+  if (!allow_override) {
+    refuseSecondRule(name, DispatchKey::Batched, std::string(api) + "(" + std::string(op_text) + ")",
+                     "a batching rule", debug);
+  }
+  auto data = std::make_shared<const RuleData>(std::move(boxed), false);
+  return d.registerImpl(name, DispatchKey::Batched, make(*handle, std::move(data)),
+                        {RegistrationOwnerGuard::current(), "vmap batching rule (typed); " + debug, allow_override});
 }
 
 RegistrationHandleRAII registerVmapFallback() {

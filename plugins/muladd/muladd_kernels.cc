@@ -217,18 +217,20 @@ void registerMulAdd(strata::BundleRegistrar& r, bool with_mysub) {
     // 1.1.0: a batching rule for mymuladd (torch.library.register_vmap), so
     // vmap(mymuladd) is one call over the whole batch: both batch dims to the front
     // (an unmapped argument expanded to the batch, a view), one mymuladd of [B, ...].
+    // It is written in the typed form (functorch's C++ form: each Tensor with its
+    // batch dim, the output with its out_dim), which a typed call reaches without
+    // boxing; the boxed form (in_dims and a Stack, as the seeds' examples) works too.
     // 1.0.0 has none, and vmap runs its for-loop fallback. `strata kernel disable
     // extension_cpp::mymuladd batched` switches this rule off.
-    const auto op = strata::Dispatcher::singleton()
-                        .findSchemaOrThrow("extension_cpp::mymuladd")
-                        .typed<Tensor(const Tensor&, const Tensor&, double)>();
-    strata::modes::register_vmap(
+    using MulAddSig = Tensor(const Tensor&, const Tensor&, double);
+    const auto op = strata::Dispatcher::singleton().findSchemaOrThrow("extension_cpp::mymuladd").typed<MulAddSig>();
+    strata::modes::register_vmap<MulAddSig>(
         "extension_cpp::mymuladd",
-        [op](const strata::modes::VmapInfo& info, const strata::modes::InDims& in_dims,
-             strata::Stack& args) -> strata::modes::VmapResult {
-          const Tensor a = strata::modes::move_bdim_to_front(args[0].toTensor(), in_dims[0], info.batch_size);
-          const Tensor b = strata::modes::move_bdim_to_front(args[1].toTensor(), in_dims[1], info.batch_size);
-          return {{op.call(a, b, args[2].toDouble())}, {0}};
+        [op](const strata::modes::VmapInfo& info, const Tensor& a, strata::modes::Dim a_bdim, const Tensor& b,
+             strata::modes::Dim b_bdim, double c) {
+          return std::make_tuple(op.call(strata::modes::move_bdim_to_front(a, a_bdim, info.batch_size),
+                                         strata::modes::move_bdim_to_front(b, b_bdim, info.batch_size), c),
+                                 0);
         },
         m);
 

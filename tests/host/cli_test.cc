@@ -518,7 +518,7 @@ TEST(HostsView, EachHostReportsWhatItRunsAndOnlyItWritesIt) {
   r = run("hosts --json --db " + db);
   EXPECT_THAT(r.out, HasSubstr("\"id\": \"" + ida + "\""));
   EXPECT_THAT(r.out, HasSubstr("\"state\": \"live\""));
-  EXPECT_THAT(r.out, HasSubstr("\"version\": \"0.1.0 (SDK ABI 4.2"));
+  EXPECT_THAT(r.out, HasSubstr("\"version\": \"0.1.0 (SDK ABI 4.3"));
 
   r = run("plugins list --host " + ida + " --db " + db);
   EXPECT_EQ(r.status, 0) << r.out;
@@ -628,7 +628,7 @@ TEST(ServeEndToEnd, RefusesAMissingDirectoryAndLogsEachChangeOnceWithATime) {
 TEST(CliTest, VersionNamesTheSdkAbiAndTheStoreSchema) {
   const Result r = run("--version");
   EXPECT_EQ(r.status, 0);
-  EXPECT_EQ(r.out, "strata 0.1.0 (SDK ABI 4.2, store schema 5)\n");
+  EXPECT_EQ(r.out, "strata 0.1.0 (SDK ABI 4.3, store schema 5)\n");
 }
 
 // A failing call still explains itself, up to the step that failed.
@@ -1153,7 +1153,7 @@ TEST(CallVmap, ExplainNamesTheRuleOrTheFallback) {
   const std::string call = "call extension_cpp::mymuladd '[[1.,2.],[3.,4.],[5.,6.]]' '[2.,3.]' 1.0";
   Result r = run(call + " --vmap 0,None,None --explain" + opts);
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("-> Batched: kernel [boxed, owner muladd@1.1.0, vmap batching rule"));
+  EXPECT_THAT(r.out, HasSubstr("-> Batched: kernel [unboxed, owner muladd@1.1.0, vmap batching rule (typed)"));
   EXPECT_THAT(r.out, HasSubstr("vmap level 1, batch size 3: batching rule with in_dims (0, None, None), out_dims (0,)"));
   EXPECT_THAT(r.out, HasSubstr("result:\ntensor([[ 3.,  7.],\n        [ 7., 13.],\n        [11., 19.]])\n"));
   // in_dim 1 maps a's columns; omitted trailing in_dims are None.
@@ -1184,7 +1184,7 @@ TEST(CallVmap, ExplainNamesTheRuleOrTheFallback) {
   EXPECT_EQ(r.out, "tensor([[[1., 5.],\n         [2., 6.]],\n\n        [[3., 7.],\n         [4., 8.]]])\n");
   // dump shows the rule; 1.0.0 has none and loops.
   r = run("dump extension_cpp::mymuladd" + opts);
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("Batched +boxed +owner=muladd@1.1.0 +vmap batching rule"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("Batched +unboxed +owner=muladd@1.1.0 +vmap batching rule \\(typed\\)"));
   ASSERT_EQ(std::system(("mkdir -p " + dir + "/old && cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_0_0.so " + dir +
                          "/old/").c_str()),
             0);
@@ -1215,7 +1215,7 @@ TEST(ServeEndToEnd, AnAdminSwitchesABatchingRuleOffLive) {
       "call extension_cpp::mymuladd 'rand(8,3)' 'rand(8,3)' 2.0 --seed 7 --vmap 0,0,None --explain";
   Result with_rule = run(call + opts);
   EXPECT_EQ(with_rule.status, 0) << with_rule.out;
-  EXPECT_THAT(with_rule.out, HasSubstr("-> Batched: kernel [boxed, owner muladd@1.1.0, vmap batching rule"));
+  EXPECT_THAT(with_rule.out, HasSubstr("-> Batched: kernel [unboxed, owner muladd@1.1.0, vmap batching rule (typed)"));
   Result r = run("kernel disable extension_cpp::mymuladd batched --reason 'try the loop' --actor tester --wait 5 --db " +
                  db);
   EXPECT_EQ(r.status, 0) << r.out;

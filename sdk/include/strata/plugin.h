@@ -24,7 +24,7 @@
 //   #include "mybundle.moc"
 //
 // bundle.json:
-//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 4, "minor": 2},
+//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 4, "minor": 3},
 //    "description": "...", "defines": ["mylib"], "implements": []}
 //
 // "defines": the namespaces whose DEF library the bundle holds; "implements": the
@@ -58,9 +58,11 @@
 // starts again at 0); 1, TensorImpl::release_wrapper / reset_wrapper (Note [Reusing
 // wrapper tensors] in strata/tensor.h) and modes::vmap_spare_batched_tensors; 2,
 // TensorImpl::reset_wrapper_hiding_dim and vmap()'s call in three steps
-// (VmapCall::enterTensors / exitTensors / finishTensor, which vmap.h's template calls).
+// (VmapCall::enterTensors / exitTensors / finishTensor, which vmap.h's template calls);
+// 3, typed batching rules (modes::register_vmap<Sig>: vmap.h's templates call
+// TypedRuleFrame, runBatchedKernel and addTypedVmapRule).
 #define STRATA_SDK_ABI_MAJOR 4
-#define STRATA_SDK_ABI_MINOR 2
+#define STRATA_SDK_ABI_MINOR 3
 // The Qt plugin interface id of every Strata bundle.
 #define STRATA_BUNDLE_IID "org.strata.Bundle/1"
 

@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <new>
 #include <optional>
 #include <source_location>
@@ -164,6 +165,37 @@ STRATA_MODES_API RegistrationHandleRAII register_vmap(std::string_view op, VmapR
                                                       std::source_location where = std::source_location::current());
 STRATA_MODES_API void register_vmap(std::string_view op, VmapRule rule, Library& lib, bool allow_override = false,
                                     std::source_location where = std::source_location::current());
+
+// --- Typed batching rules: functorch's C++ form of a rule. ---
+//
+//   using Sig = Tensor(const Tensor&, const Tensor&, double);
+//   modes::register_vmap<Sig>("extension_cpp::mymuladd",
+//       [](const VmapInfo& info, const Tensor& a, Dim a_bdim, const Tensor& b, Dim b_bdim, double c) {
+//         const Tensor a0 = move_bdim_to_front(a, a_bdim, info.batch_size);
+//         const Tensor b0 = move_bdim_to_front(b, b_bdim, info.batch_size);
+//         return std::make_tuple(mymuladd(a0, b0, c), 0);
+//       }, lib);
+//
+// Sig is the op's C++ signature, as in TypedOperatorHandle<Sig> (checked against the
+// schema when the rule is registered: Error(Schema) names the difference). The rule
+// takes the VmapInfo, then the op's arguments in order, each Tensor (or
+// std::optional<Tensor>) followed by its batch dim at this level (None: not batched
+// here), and returns every output followed by its out_dim: std::tuple<Tensor, Dim>
+// for an op that returns a Tensor, std::tuple<Tensor, Dim, Tensor, Dim> for
+// std::tuple<Tensor, Tensor>; an out_dim may be an int or std::nullopt.
+// It is one registration with the boxed form's contract (the same owner, RAII handle,
+// dump line, store record and switch, the same checks and errors), and a call made
+// with the op's C++ signature reaches it without boxing anything, as functorch's C++
+// rules are reached. Ops that take a Tensor[] or write their arguments use the boxed
+// form.
+template <typename Sig, typename F>
+RegistrationHandleRAII register_vmap(std::string_view op, F rule, bool allow_override = false,
+                                     std::source_location where = std::source_location::current());
+template <typename Sig, typename F>
+void register_vmap(std::string_view op, F rule, Library& lib, bool allow_override = false,
+                   std::source_location where = std::source_location::current()) {
+  lib.keep(register_vmap<Sig>(op, std::move(rule), allow_override, where));
+}
 
 // The core:: ops that have a builtin batching rule, and those that use the fallback
 // (with why), as the tests and `strata dump` see them.
@@ -349,6 +381,196 @@ auto invokeWrapped(const F& fn, VmapCall& call, const Tuple& args, std::index_se
   return std::apply(fn, wrapped);
 }
 
+// --- Typed batching rules (register_vmap<Sig>) ---------------------------------
+
+struct RuleData;  // the rule a Batched kernel runs (vmap_internal.h)
+
+template <typename T>
+inline constexpr bool kTypedTensor = std::is_same_v<std::remove_cvref_t<T>, Tensor>;
+template <typename T>
+inline constexpr bool kTypedOptionalTensor = std::is_same_v<std::remove_cvref_t<T>, std::optional<Tensor>>;
+// An argument the rule gets with a batch dim.
+template <typename T>
+inline constexpr bool kTypedMapped = kTypedTensor<T> || kTypedOptionalTensor<T>;
+template <typename T>
+inline constexpr bool kTypedList = std::is_same_v<std::remove_cvref_t<T>, std::vector<Tensor>> ||
+                                   std::is_same_v<std::remove_cvref_t<T>, std::vector<std::optional<Tensor>>>;
+
+template <typename R>
+struct TypedReturns : std::false_type {};
+template <>
+struct TypedReturns<Tensor> : std::true_type {
+  static constexpr size_t n = 1;
+};
+template <typename... T>
+struct TypedReturns<std::tuple<T...>> : std::bool_constant<(std::is_same_v<T, Tensor> && ...)> {
+  static constexpr size_t n = sizeof...(T);
+};
+
+// The Batched kernel's typed path, out of line: the level taken off while the rule
+// runs, and its outputs wrapped, exactly as the boxed path does (Note [vmap levels]).
+class STRATA_MODES_API TypedRuleFrame {
+ public:
+  TypedRuleFrame() = default;
+  ~TypedRuleFrame() {
+    if (entered_) leave();
+  }
+  TypedRuleFrame(const TypedRuleFrame&) = delete;
+  TypedRuleFrame& operator=(const TypedRuleFrame&) = delete;
+
+  // When the typed path applies (a level is current, the dispatch is not observed by
+  // --explain or a trace, and some tensor is batched at the level): sets values[i] to
+  // the value tensors[i] wraps at the level (or tensors[i] itself; null stays null) and
+  // bdims[i] to its batch dim (or None), takes the level off the stack and returns
+  // true. Otherwise returns false and changes nothing: the boxed path runs the call.
+  // A tensor of a level that may not be seen here throws, as on the boxed path.
+  bool enter(const OperatorHandle& op, const Tensor* const* tensors, const Tensor** values, Dim* bdims, size_t n);
+  VmapInfo info() const { return VmapInfo{batch_size_, randomness_}; }
+  // Output j of the rule wrapped at the level with out_dim d, checked as the boxed
+  // path checks it (Error(Value) naming the op).
+  Tensor wrap(const OperatorHandle& op, Tensor&& out, Dim d, size_t j) const;
+
+ private:
+  void leave() noexcept;  // puts the level back
+  uint64_t level_ = 0;
+  int64_t batch_size_ = 0;
+  Randomness randomness_ = Randomness::error;
+  bool entered_ = false;
+};
+
+// The Batched kernel's boxed path with `rule` (the rule, or the level below).
+STRATA_MODES_API void runBatchedKernel(const OperatorHandle& op, Stack& stack, const RuleData& rule);
+
+using TypedKernelMaker = std::function<KernelFunction(const OperatorHandle&, std::shared_ptr<const RuleData>)>;
+STRATA_MODES_API RegistrationHandleRAII addTypedVmapRule(std::string_view op, VmapRule boxed, TypedKernelMaker make,
+                                                         bool allow_override, std::source_location where);
+
+// Which of the op's arguments are mapped, and each one's slot among them.
+template <typename... A>
+struct TypedArgs {
+  static constexpr size_t kMapped = (size_t{0} + ... + size_t{kTypedMapped<A>});
+  static constexpr size_t slot(size_t i) {
+    constexpr bool mapped[] = {kTypedMapped<A>..., false};
+    size_t n = 0;
+    for (size_t j = 0; j < i; ++j) n += mapped[j] ? 1 : 0;
+    return n;
+  }
+};
+
+// Argument I of the op as the rule takes it: a mapped one with its batch dim.
+template <size_t Slot, typename A, typename V>
+auto typedRuleArg(V&& arg, const Tensor* const* values, const Dim* bdims) {
+  if constexpr (kTypedTensor<A>) {
+    return std::tuple<const Tensor&, Dim>(*values[Slot], bdims[Slot]);
+  } else if constexpr (kTypedOptionalTensor<A>) {
+    return std::tuple<std::optional<Tensor>, Dim>(
+        values[Slot] != nullptr ? std::optional<Tensor>(*values[Slot]) : std::nullopt, bdims[Slot]);
+  } else {
+    return std::forward_as_tuple(arg);
+  }
+}
+
+// The rule's outputs, checked for form at compile time.
+template <typename R, typename Out>
+constexpr void checkTypedRuleResult() {
+  static_assert(requires { std::tuple_size<Out>::value; } && std::tuple_size_v<Out> == 2 * TypedReturns<R>::n,
+                "register_vmap<Sig>: the rule returns a std::tuple of each output followed by its out_dim: "
+                "std::tuple<Tensor, Dim> for an op that returns a Tensor");
+  [&]<size_t... J>(std::index_sequence<J...>) {
+    static_assert((std::is_same_v<std::remove_cvref_t<std::tuple_element_t<2 * J, Out>>, Tensor> && ...),
+                  "register_vmap<Sig>: each output the rule returns is a Tensor");
+    static_assert((std::is_constructible_v<Dim, std::tuple_element_t<2 * J + 1, Out>> && ...),
+                  "register_vmap<Sig>: each output is followed by its out_dim (an int, Dim or std::nullopt)");
+  }(std::make_index_sequence<TypedReturns<R>::n>{});
+}
+
+template <typename Sig, typename F>
+struct TypedBatchedKernel;
+
+template <typename R, typename... A, typename F>
+struct TypedBatchedKernel<R(A...), F> {
+  F rule;
+  OperatorHandle op;
+  std::shared_ptr<const RuleData> boxed;
+
+  R operator()(DispatchKeySet, A... args) const {
+    using Args = TypedArgs<A...>;
+    constexpr size_t kN = Args::kMapped;
+    const Tensor* tensors[kN + 1];
+    const Tensor* values[kN + 1];
+    Dim bdims[kN + 1];
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      (collect<Args::slot(I), A>(args, tensors), ...);
+    }(std::index_sequence_for<A...>{});
+    TypedRuleFrame frame;
+    if (__builtin_expect(frame.enter(op, tensors, values, bdims, kN), 1)) {
+      auto out = [&]<size_t... I>(std::index_sequence<I...>) {
+        return std::apply(rule, std::tuple_cat(std::tuple<VmapInfo>(frame.info()),
+                                               typedRuleArg<Args::slot(I), A>(args, values, bdims)...));
+      }(std::index_sequence_for<A...>{});
+      using Out = decltype(out);
+      checkTypedRuleResult<R, Out>();
+      if constexpr (std::is_same_v<R, Tensor>) {
+        return frame.wrap(op, std::move(std::get<0>(out)), Dim(std::get<1>(out)), 0);
+      } else {
+        return [&]<size_t... J>(std::index_sequence<J...>) {
+          return R(frame.wrap(op, std::move(std::get<2 * J>(out)), Dim(std::get<2 * J + 1>(out)), J)...);
+        }(std::make_index_sequence<TypedReturns<R>::n>{});
+      }
+    }
+    return boxedCall(args...);
+  }
+
+ private:
+  template <size_t Slot, typename T>
+  static void collect(const std::remove_cvref_t<T>& arg, const Tensor** tensors) {
+    if constexpr (kTypedTensor<T>) tensors[Slot] = &arg;
+    else if constexpr (kTypedOptionalTensor<T>) tensors[Slot] = arg.has_value() ? &*arg : nullptr;
+  }
+
+  // Everything the typed path does not take (--explain, the level below, errors):
+  // the boxed path, with the rule's boxed form.
+  __attribute__((noinline)) R boxedCall(const std::remove_cvref_t<A>&... args) const {
+    Stack stack(std::in_place, strata::detail::boxing::boxArg(args)...);
+    runBatchedKernel(op, stack, *boxed);
+    constexpr size_t n = TypedReturns<R>::n;
+    if (stack.size() != n) strata::detail::boxing::throwWrongReturnCount(op, stack.size(), n);
+    if constexpr (std::is_same_v<R, Tensor>) {
+      return std::move(stack[0]).toTensor();
+    } else {
+      return [&]<size_t... J>(std::index_sequence<J...>) {
+        return R(std::move(stack[J]).toTensor()...);
+      }(std::make_index_sequence<n>{});
+    }
+  }
+};
+
+// The boxed form of a typed rule: what the boxed path (and --explain) runs.
+template <typename R, typename... A, typename F>
+VmapRule boxedFormOf(std::type_identity<R(A...)>, F rule) {
+  return [rule = std::move(rule)](const VmapInfo& info, const InDims& in_dims, Stack& args) -> VmapResult {
+    auto out = [&]<size_t... I>(std::index_sequence<I...>) {
+      auto arg = [&]<size_t Index, typename T>() {
+        if constexpr (kTypedTensor<T>) {
+          return std::tuple<const Tensor&, Dim>(args[Index].toTensor(), in_dims[Index]);
+        } else if constexpr (kTypedOptionalTensor<T>) {
+          return std::tuple<std::optional<Tensor>, Dim>(args[Index].to<std::optional<Tensor>>(), in_dims[Index]);
+        } else {
+          return std::tuple<decltype(strata::detail::boxing::unboxArg<T>(args[Index]))>(
+              strata::detail::boxing::unboxArg<T>(args[Index]));
+        }
+      };
+      return std::apply(rule, std::tuple_cat(std::tuple<VmapInfo>(info), arg.template operator()<I, A>()...));
+    }(std::index_sequence_for<A...>{});
+    VmapResult result;
+    [&]<size_t... J>(std::index_sequence<J...>) {
+      (result.outputs.push_back(IValue(std::move(std::get<2 * J>(out)))), ...);
+      result.out_dims = {Dim(std::get<2 * J + 1>(out))...};
+    }(std::make_index_sequence<TypedReturns<R>::n>{});
+    return result;
+  };
+}
+
 }  // namespace detail
 
 template <typename F>
@@ -421,6 +643,27 @@ class Vmapped {
   Randomness randomness_;
   std::optional<int64_t> chunk_size_;
 };
+
+template <typename Sig, typename F>
+RegistrationHandleRAII register_vmap(std::string_view op, F rule, bool allow_override, std::source_location where) {
+  static_assert(std::is_function_v<Sig>, "register_vmap<Sig>: Sig is the op's C++ function type, e.g. "
+                                          "Tensor(const Tensor&, const Tensor&, double)");
+  return [&]<typename R, typename... A>(std::type_identity<R(A...)>) {
+    static_assert(detail::TypedReturns<R>::value,
+                  "register_vmap<Sig>: a typed rule is for an op that returns a Tensor or a std::tuple of Tensors; "
+                  "use the boxed form (VmapRule) for other ops");
+    static_assert(!(std::is_same_v<A, Tensor&> || ...),
+                  "register_vmap<Sig>: an op that writes its arguments (Tensor&) uses the boxed form (VmapRule)");
+    static_assert(!(detail::kTypedList<A> || ...),
+                  "register_vmap<Sig>: an op that takes a Tensor[] uses the boxed form (VmapRule)");
+    static_assert(std::is_copy_constructible_v<F>, "register_vmap<Sig>: the rule must be copyable");
+    VmapRule boxed = detail::boxedFormOf(std::type_identity<Sig>{}, rule);
+    detail::TypedKernelMaker make = [rule](const OperatorHandle& h, std::shared_ptr<const detail::RuleData> data) {
+      return KernelFunction::makeFromUnboxedFunctor(detail::TypedBatchedKernel<Sig, F>{rule, h, std::move(data)});
+    };
+    return detail::addTypedVmapRule(op, std::move(boxed), std::move(make), allow_override, where);
+  }(std::type_identity<Sig>{});
+}
 
 // torch.vmap(fn, in_dims=0, out_dims=0, randomness="error", chunk_size=None). Checks
 // randomness and chunk_size here (Error(Value) with PyTorch's messages); in_dims and
