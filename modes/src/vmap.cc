@@ -29,13 +29,31 @@ struct Level {
   Randomness randomness;
 };
 
+constexpr size_t kMaxSpareBatched = 16;
+
+// A stack of at most kMaxSpareBatched tensors, in place: pushing and popping are a
+// move and a count (a std::vector's push_back was an out-of-line call per spent tensor).
+class SpareTensors {
+ public:
+  bool empty() const { return n_ == 0; }
+  bool full() const { return n_ == kMaxSpareBatched; }
+  size_t size() const { return n_; }
+  const Tensor& back() const { return slots_[n_ - 1]; }
+  Tensor take() { return std::move(slots_[--n_]); }
+  void push(Tensor&& t) { slots_[n_++] = std::move(t); }  // REQUIRES: !full()
+
+ private:
+  std::array<Tensor, kMaxSpareBatched> slots_;
+  size_t n_ = 0;
+};
+
 struct VmapTls {
   std::vector<Level> visible;   // the level stack; the top is the current level
   std::vector<uint64_t> alive;  // every level whose vmap is running on this thread
   std::vector<InDims> spare_in_dims;  // a rule's in_dims, kept with their capacity
   // Spent batched tensors, for makeBatched to reuse (Note [Reusing wrapper tensors] in
   // strata/tensor.h).
-  std::vector<Tensor> spare_batched;
+  SpareTensors spare_batched;
   // The batched inputs of the running vmaps (by level, innermost last), released for
   // reuse when their chunk ends.
   std::vector<std::pair<uint64_t, Tensor>> call_inputs;
@@ -43,7 +61,6 @@ struct VmapTls {
   uint64_t next_level = 0;
   uint64_t level_end = 0;
 };
-constexpr size_t kMaxSpareBatched = 16;
 constexpr size_t kMaxCallInputs = 16;
 
 // Level ids are unique in the process (not per thread), so a batched tensor that
@@ -67,7 +84,6 @@ VmapTls& makeState() {
   owner.state->visible.reserve(8);
   owner.state->alive.reserve(8);
   owner.state->spare_in_dims.reserve(8);  // returned in a destructor: no allocation there
-  owner.state->spare_batched.reserve(kMaxSpareBatched);  // the same
   owner.state->call_inputs.reserve(kMaxCallInputs);
   t_vmap = owner.state.get();
   return *t_vmap;
@@ -78,7 +94,7 @@ inline VmapTls& state() { return __builtin_expect(t_vmap != nullptr, 1) ? *t_vma
 inline bool anyVisible() { return t_vmap != nullptr && !t_vmap->visible.empty(); }
 
 // Batched is in the TLS included set exactly while a level is visible.
-void syncBatchedKey() {
+inline void syncBatchedKey() {
   uint64_t& included = strata::detail::tls_local_dispatch_key_set.included;
   const uint64_t bit = DispatchKeySet(DispatchKey::Batched).raw();
   if (!anyVisible()) included &= ~bit;
@@ -127,15 +143,6 @@ std::string BatchedWrapper::str() const {
          ")";
 }
 
-const BatchedWrapper* batchedOf(const Tensor& t) {
-  if (!t.defined()) return nullptr;
-  const TensorImpl* impl = t.unsafeGetTensorImpl();
-  if (!impl->key_set().has(DispatchKey::Batched)) return nullptr;
-  const TensorWrapper* w = impl->wrapper();
-  if (w == nullptr || typeid(*w) != typeid(BatchedWrapper)) return nullptr;
-  return static_cast<const BatchedWrapper*>(w);
-}
-
 Tensor makeBatched(Tensor value, int64_t bdim, uint64_t level) {
   const size_t n = static_cast<size_t>(value.dim());
   STRATA_INTERNAL_ASSERT(bdim >= 0 && static_cast<size_t>(bdim) < n, "makeBatched: bdim out of range");
@@ -144,8 +151,7 @@ Tensor makeBatched(Tensor value, int64_t bdim, uint64_t level) {
   // thread detached: its objects are then nobody's to reuse), which unique_here() reads.
   if (t_vmap != nullptr && !t_vmap->spare_batched.empty() &&
       t_vmap->spare_batched.back().unsafeGetTensorImpl()->unique_here()) {
-    Tensor t = std::move(t_vmap->spare_batched.back());
-    t_vmap->spare_batched.pop_back();
+    Tensor t = t_vmap->spare_batched.take();
     TensorImpl* impl = t.unsafeGetTensorImpl();
     impl->reset_wrapper_hiding_dim(value, bdim);  // the logical sizes: the value's without the batch dim
     auto* w = static_cast<BatchedWrapper*>(impl->wrapper());
@@ -182,7 +188,7 @@ Tensor makeBatched(Tensor value, int64_t bdim, uint64_t level) {
 
 void releaseBatched(Tensor&& t) noexcept {
   Tensor spent = std::move(t);
-  if (t_vmap == nullptr || t_vmap->spare_batched.size() >= kMaxSpareBatched) return;
+  if (t_vmap == nullptr || t_vmap->spare_batched.full()) return;
   TensorImpl* impl = spent.unsafeGetTensorImpl();
   if (impl == nullptr || !impl->reusable_wrapper()) return;
   TensorWrapper* w = impl->wrapper();
@@ -191,8 +197,8 @@ void releaseBatched(Tensor&& t) noexcept {
   static_cast<BatchedWrapper*>(w)->value = Tensor();
   impl->release_wrapper();
   // Dropping those ran their owners' deleters, which may have spent tensors too.
-  if (t_vmap == nullptr || t_vmap->spare_batched.size() >= kMaxSpareBatched) return;
-  t_vmap->spare_batched.push_back(std::move(spent));  // reserved: no allocation
+  if (t_vmap == nullptr || t_vmap->spare_batched.full()) return;
+  t_vmap->spare_batched.push(std::move(spent));
 }
 
 }  // namespace detail
@@ -310,7 +316,8 @@ std::string dimsStr(const std::vector<Dim>& dims) { return Dims(std::vector<DimE
 }
 
 // Whether t is batched at the current level; throws for a level that may not be seen.
-const detail::BatchedWrapper* atLevel(const OperatorHandle& op, const Tensor& t, const Level* cur) {
+[[gnu::always_inline]] inline const detail::BatchedWrapper* atLevel(const OperatorHandle& op, const Tensor& t,
+                                                                     const Level* cur) {
   const detail::BatchedWrapper* b = batchedOf(t);
   if (b == nullptr) return nullptr;
   if (cur != nullptr && b->level == cur->id) return b;

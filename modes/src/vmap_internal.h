@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <string>
+#include <typeinfo>
 
 #include "strata/modes/vmap.h"
 
@@ -22,8 +23,16 @@ class BatchedWrapper final : public TensorWrapper {
   uint64_t level;
 };
 
-// The wrapper of a tensor batched at any level; null for any other tensor.
-const BatchedWrapper* batchedOf(const Tensor& t);
+// The wrapper of a tensor batched at any level; null for any other tensor. Inline:
+// every Batched kernel and vmap call asks it of each tensor.
+inline const BatchedWrapper* batchedOf(const Tensor& t) {
+  if (!t.defined()) return nullptr;
+  const TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (!impl->key_set().has(DispatchKey::Batched)) return nullptr;
+  const TensorWrapper* w = impl->wrapper();
+  if (w == nullptr || typeid(*w) != typeid(BatchedWrapper)) return nullptr;
+  return static_cast<const BatchedWrapper*>(w);
+}
 // value seen without its dim bdim, batched at level (a spent batched tensor of this
 // thread's reused when there is one).
 Tensor makeBatched(Tensor value, int64_t bdim, uint64_t level);

@@ -19,7 +19,7 @@ constexpr size_t kCpuAlignment = 64;
 // Up to this many bytes CPU data comes from malloc, aligned by hand (see below): with
 // 63 bytes of slack for the alignment, 1,023 at most, within the 1,032 bytes glibc's
 // per-thread cache serves.
-constexpr size_t kSmallCpuBytes = 960;
+constexpr size_t kSmallCpuBytes = 65536;
 
 void freeCpu(void* ctx) { std::free(ctx); }
 }  // namespace

@@ -273,6 +273,26 @@ void TensorImpl::reset_wrapper_hiding_dim(const Tensor& value, int64_t hidden) {
                hidden, " is out of range for a tensor of dimensionality ", n);
   const IntArrayRef sizes = v->sizes_, strides = v->strides_;
   const auto skip = static_cast<size_t>(hidden);
+  if (hidden == 0 && v->is_contiguous_ && v->numel_ > 0 && n - 1 <= DimVector::kInline &&
+      sizes_.size() <= DimVector::kInline) {
+    // The usual batched tensor: a contiguous value without its outermost dim. Its
+    // count is concrete and not 0, so every size is concrete and not 0; the dims kept
+    // are contiguous as they were, and they count numel / sizes[0].
+    bool symbolic_stride = false;
+    for (size_t d = 1; d < n; ++d) symbolic_stride = symbolic_stride || strides[d] < 0;
+    if (__builtin_expect(!symbolic_stride, 1)) {
+      sizes_.assignInPlaceWithout(sizes, 0);
+      strides_.assignInPlaceWithout(strides, 0);
+      storage_ = v->storage_;
+      storage_offset_ = v->storage_offset_;
+      dtype_ = v->dtype_;
+      numel_ = v->numel_ / sizes[0];
+      is_contiguous_ = true;
+      requires_grad_ = false;
+      key_set_ = computeKeySet(storage_->device(), false) | layer_keys_;
+      return;
+    }
+  }
   // The count and contiguity of the dims kept, in one pass from the innermost (as
   // computeContiguous reads them). The value is a valid tensor, so what is left to
   // look for is a symbolic dim, and an overflow once its hidden dim (of size 0) no
