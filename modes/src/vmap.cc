@@ -1017,6 +1017,111 @@ Tensor VmapCall::finishTensor(Tensor out) {
   return out;
 }
 
+// --- VmapTensorsCall: the usual call, lean. -------------------------------------
+
+void VmapTensorsCall::unusualInputs() const {
+  VmapCall call(in_dims_, out_dims_, randomness_, std::nullopt, n_);
+  for (size_t i = 0; i < n_; ++i) call.addTensor(i, *inputs_[i]);
+  call.start();
+  STRATA_INTERNAL_ASSERT(false, "vmap: an input the short path refused passed VmapCall's checks");
+}
+
+void VmapTensorsCall::enter(Tensor* wrapped) {
+  initialize();
+  // VmapCall::addTensor and start's checks, with nothing recorded: the first input
+  // that is not usual (or sizes that differ) hands the whole check to a VmapCall.
+  int64_t dims[kMaxInputs];
+  int64_t batch = -1;
+  if (in_dims_.is_tuple() && in_dims_.entries().size() != n_) unusualInputs();
+  for (size_t i = 0; i < n_; ++i) {
+    const DimEntry& e = entryFor(in_dims_, i);
+    const Tensor& t = *inputs_[i];
+    if (e.is_list || !t.defined()) unusualInputs();
+    if (!e.dim) continue;
+    const int64_t rank = t.dim();
+    const int64_t d = *e.dim < 0 ? *e.dim + rank : *e.dim;
+    if (d < 0 || d >= rank) unusualInputs();
+    const int64_t size = t.sizes()[static_cast<size_t>(d)];
+    if (batch >= 0 && size != batch) unusualInputs();
+    batch = size;
+    dims[i] = d;
+    mapped_ |= uint64_t{1} << i;
+  }
+  if (batch < 0) unusualInputs();  // nothing mapped
+  // VmapCall::enterChunk(0).
+  VmapTls& s = state();
+  if (__builtin_expect(s.next_level == s.level_end, 0)) {
+    s.next_level = g_next_level.fetch_add(kLevelBlock, std::memory_order_relaxed);
+    s.level_end = s.next_level + kLevelBlock;
+  }
+  level_ = s.next_level++;
+  s.visible.push_back(Level{level_, batch, randomness_});
+  s.alive.push_back(level_);
+  entered_ = true;
+  syncBatchedKey();
+  for (size_t i = 0; i < n_; ++i) {
+    wrapped[i] = (mapped_ >> i) & 1 ? makeBatched(*inputs_[i], dims[i], level_) : *inputs_[i];
+  }
+}
+
+void VmapTensorsCall::exit(Tensor* wrapped) noexcept {
+  for (size_t i = n_; i > 0; --i) {
+    if ((mapped_ >> (i - 1)) & 1) releaseBatched(std::move(wrapped[i - 1]));
+  }
+  popLevel();
+}
+
+void VmapTensorsCall::popLevel() noexcept {
+  entered_ = false;
+  // VmapCall::exitChunk: the level is on top of the stack (a rule has put back what it
+  // took), and whatever an inner vmap left, which cannot happen, is not kept.
+  VmapTls& s = *t_vmap;
+  while (!s.call_inputs.empty() && s.call_inputs.back().first >= level_) {
+    Tensor t = std::move(s.call_inputs.back().second);
+    s.call_inputs.pop_back();
+    releaseBatched(std::move(t));
+  }
+  for (size_t i = s.visible.size(); i > 0; --i) {
+    if (s.visible[i - 1].id == level_) {
+      s.visible.erase(s.visible.begin() + static_cast<std::ptrdiff_t>(i - 1));
+      break;
+    }
+  }
+  for (size_t i = s.alive.size(); i > 0; --i) {
+    if (s.alive[i - 1] == level_) {
+      s.alive.erase(s.alive.begin() + static_cast<std::ptrdiff_t>(i - 1));
+      break;
+    }
+  }
+  syncBatchedKey();
+}
+
+Tensor VmapTensorsCall::finish(Tensor out) {
+  // The usual result: batched at this level, its batch dim already where out_dims
+  // puts it, so the value is the result (VmapCall::finishTensor).
+  if (!out_dims_.is_tuple() && !out_dims_.all().is_list && out_dims_.all().dim) {
+    if (const BatchedWrapper* b = batchedOf(out); b != nullptr && b->level == level_) {
+      const int64_t rank = out.dim() + 1;
+      const int64_t d = *out_dims_.all().dim;
+      if (d >= -rank && d < rank && b->bdim == (d < 0 ? d + rank : d)) {
+        Tensor result = b->value;
+        releaseBatched(std::move(out));
+        return result;
+      }
+    }
+  }
+  // Anything else: VmapCall's checks and moves, as of its one chunk at this level.
+  VmapCall call(in_dims_, out_dims_, randomness_, std::nullopt, n_);
+  for (size_t i = 0; i < n_; ++i) call.addTensor(i, *inputs_[i]);
+  call.start();
+  call.level_ = level_;
+  VmapCall::Leaves leaves;
+  leaves.emplace_back(size_t{0}, &out, &typeid(Tensor));
+  call.collectOutputs(1, true, leaves);
+  call.finish(leaves);
+  return out;
+}
+
 std::vector<Tensor> VmapCall::inputList(const std::vector<Tensor>& ts) {
   std::vector<Tensor> out;
   out.reserve(ts.size());

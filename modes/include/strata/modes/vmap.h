@@ -295,6 +295,8 @@ class STRATA_MODES_API VmapCall {
   void exitTensors(Tensor* wrapped, size_t n);
   Tensor finishTensor(Tensor out);
 
+  friend class VmapTensorsCall;  // hands it its unusual inputs and results
+
   struct TensorIn {
     Dim dim;           // normalized, >= 0
     int64_t size = 0;  // of the mapped dim
@@ -321,6 +323,46 @@ class STRATA_MODES_API VmapCall {
   uint64_t level_ = 0;
   std::string rng_state_;  // randomness "same" over chunks: each chunk draws the same
   SmallVec<LeafOut, 4> results_;
+};
+
+// vmap's usual call, lean: every argument a Tensor (at most 64), one Tensor returned,
+// no chunk_size. It does what VmapCall's enterTensors / exitTensors / finishTensor
+// do without VmapCall's bookkeeping for lists, chunks and several outputs; anything
+// else (an input error to report, a result to move or expand) it hands to a
+// VmapCall, so results and errors are the same on both paths. inputs, in_dims and
+// out_dims must outlive it.
+class STRATA_MODES_API VmapTensorsCall {
+ public:
+  static constexpr size_t kMaxInputs = 64;
+  VmapTensorsCall(const Dims& in_dims, const Dims& out_dims, Randomness randomness, const Tensor* const* inputs,
+                  size_t n) noexcept
+      : in_dims_(in_dims), out_dims_(out_dims), inputs_(inputs), n_(n), randomness_(randomness) {}
+  ~VmapTensorsCall() {
+    if (entered_) popLevel();
+  }
+  VmapTensorsCall(const VmapTensorsCall&) = delete;
+  VmapTensorsCall& operator=(const VmapTensorsCall&) = delete;
+
+  // Checks the inputs against in_dims, pushes the level and wraps inputs[i] into
+  // wrapped[i] (Error(Value) with PyTorch's messages, as VmapCall gives them).
+  void enter(Tensor* wrapped);
+  // Spends the wrapped inputs (when nothing else holds them) and pops the level.
+  void exit(Tensor* wrapped) noexcept;
+  // fn's result, unwrapped and its batch dim moved to out_dims.
+  Tensor finish(Tensor out);
+
+ private:
+  void popLevel() noexcept;
+  void unusualInputs() const;  // throws VmapCall's error
+
+  const Dims& in_dims_;
+  const Dims& out_dims_;
+  const Tensor* const* inputs_;
+  size_t n_;
+  uint64_t mapped_ = 0;  // bit i: input i is mapped
+  uint64_t level_ = 0;
+  Randomness randomness_;
+  bool entered_ = false;
 };
 
 template <typename T>
@@ -585,7 +627,8 @@ class Vmapped {
 
   template <typename... Args>
   auto operator()(const Args&... args) const {
-    if constexpr (sizeof...(Args) > 0 && (std::is_same_v<Args, Tensor> && ...)) {
+    if constexpr (sizeof...(Args) > 0 && sizeof...(Args) <= detail::VmapTensorsCall::kMaxInputs &&
+                  (std::is_same_v<Args, Tensor> && ...)) {
       using Wrapped = std::array<Tensor, sizeof...(Args)>;
       if constexpr (std::is_same_v<std::decay_t<decltype(std::apply(fn_, std::declval<Wrapped&>()))>, Tensor>) {
         if (!chunk_size_) return callTensors(args...);
@@ -599,16 +642,16 @@ class Vmapped {
   // with nothing to walk through.
   template <typename... Args>
   Tensor callTensors(const Args&... args) const {
-    detail::VmapCall call(in_dims_, out_dims_, randomness_, chunk_size_, sizeof...(Args));
     const Tensor* inputs[] = {&args...};
+    detail::VmapTensorsCall call(in_dims_, out_dims_, randomness_, inputs, sizeof...(Args));
     Tensor out;
     {
       std::array<Tensor, sizeof...(Args)> wrapped;
-      call.enterTensors(inputs, wrapped.data(), sizeof...(Args));
+      call.enter(wrapped.data());
       out = std::apply(fn_, wrapped);
-      call.exitTensors(wrapped.data(), sizeof...(Args));
+      call.exit(wrapped.data());
     }
-    return call.finishTensor(std::move(out));
+    return call.finish(std::move(out));
   }
 
   template <typename... Args>
