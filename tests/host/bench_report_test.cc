@@ -176,6 +176,7 @@ TEST(BenchReport, TheVmapGoalsAndThePythonAnchors) {
   for (int n : {1, 2, 4, 8, 16, 32, 64}) {
     b.append(entry("vmap/muladd_plain/" + QString::number(n), 100 + 2.0 * n));
     b.append(entry("vmap/muladd_rule/" + QString::number(n), 220 + 2.0 * n + (n == 64 ? 10 : 0)));  // 120-130 ns over
+    b.append(entry("vmap/muladd_boxed_rule/" + QString::number(n), 280 + 2.0 * n + (n == 2 ? 15 : 0)));  // 180-195
     b.append(entry("vmap/muladd_fallback/" + QString::number(n), 300 + 400.0 * n));
   }
   QString error;
@@ -197,6 +198,8 @@ TEST(BenchReport, TheVmapGoalsAndThePythonAnchors) {
   EXPECT_TRUE(over.met) << over.measured.toStdString();
   EXPECT_THAT(over.measured.toStdString(), HasSubstr("130"));
   EXPECT_THAT(over.measured.toStdString(), HasSubstr("B = 64"));
+  EXPECT_THAT(over.goal.toStdString(), HasSubstr("a typed rule"));
+  EXPECT_THAT(over.measured.toStdString(), HasSubstr("the boxed form's at most 195"));
   bool flat = false, linear = false, faster = false, slower = false;
   for (const BenchGoal& g : checkGoals(*run, nullptr, &*python)) {
     if (g.goal.contains("flat in B")) flat = g.met;

@@ -235,6 +235,30 @@ TEST(VmapApi, TheOneTensorPathAndTheGeneralPathAgree) {
       EXPECT_EQ(modes::vmap_depth(), 0u);
     }
   }
+  // Bad inputs: the short path hands them to the general path's checks, so the
+  // errors are the same, argument named and all.
+  const std::vector<std::tuple<std::string, modes::Dims, Tensor, Tensor>> bad = {
+      {"one in_dim for two inputs", modes::Dims({DimEntry(0)}), x, y},
+      {"a list in_dim for a tensor", modes::Dims({DimEntry(0), DimEntry(std::vector<Dim>{0})}), x, y},
+      {"an undefined tensor", modes::Dims(0), x, Tensor()},
+      {"in_dim out of range", modes::Dims({DimEntry(0), DimEntry(5)}), x, y},
+      {"negative in_dim out of range", modes::Dims({DimEntry(-4), DimEntry(0)}), x, y},
+      {"sizes differ", modes::Dims(0), x, y},
+      {"nothing mapped", modes::Dims({DimEntry(std::nullopt), DimEntry(std::nullopt)}), x, y},
+      {"a 0-dim tensor mapped", modes::Dims(0), x, ops::ones({})},
+  };
+  for (const auto& [name, in_dims, p, q] : bad) {
+    SCOPED_TRACE(name);
+    auto fn = [](const Tensor& a, const Tensor&) { return a; };
+    const std::string short_error = errorOf([&] { vmap(fn, in_dims)(p, q); });
+    const std::string general_error =
+        errorOf([&] { vmap([&](const Tensor& a, const Tensor& b) { return std::make_tuple(fn(a, b)); }, in_dims)(p, q); });
+    EXPECT_FALSE(short_error.empty());
+    EXPECT_EQ(short_error, general_error);
+    EXPECT_EQ(modes::vmap_depth(), 0u);
+  }
+  EXPECT_THAT(errorOf([&] { vmap([](const Tensor& a, const Tensor&) { return a; })(x, y); }),
+              HasSubstr("Expected all tensors to have the same size in the mapped dimension, got sizes [3, 4]"));
   // Under an outer vmap, the inner short path passes the outer level's tensors
   // through and returns an outer tensor expanded.
   const Tensor z = rnd({2, 3, 4});
