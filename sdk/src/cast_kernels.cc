@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -220,6 +221,35 @@ __attribute__((target("avx,f16c"))) void halfToFloatF16C(const uint16_t* src, fl
 #endif
 
 }  // namespace
+
+// A large copy in 32-byte loads and stores. On the Intel VM a 4 MB copy this way ran
+// at ~26.7 GB/s against glibc memcpy's ~25.8 (its `rep movsb` at that size), which is
+// PyTorch's vectorized copy loop against Strata's memmove in cast/copy_f32_1m.
+#ifdef STRATA_CAST_X86
+__attribute__((target("avx2"))) void copyBytesAvx2(char* dst, const char* src, size_t n) {
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), a);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i + 32), b);
+  }
+  if (i < n) std::memcpy(dst + i, src + i, n - i);
+}
+#endif
+
+void copyBytes(void* dst, const void* src, size_t n) {
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+#ifdef STRATA_CAST_X86
+  // Only past what the caches hold, where it is all bandwidth, and never for
+  // overlapping ranges (memmove's job).
+  constexpr size_t kLarge = size_t{1} << 20;
+  const auto da = reinterpret_cast<uintptr_t>(d), sa = reinterpret_cast<uintptr_t>(s);
+  if (kCpu.avx2 && n >= kLarge && (da + n <= sa || sa + n <= da)) return copyBytesAvx2(d, s, n);
+#endif
+  std::memmove(d, s, n);
+}
 
 void castFloatToHalf(const float* src, uint16_t* dst, int64_t n) {
 #ifdef STRATA_CAST_X86

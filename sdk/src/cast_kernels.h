@@ -9,6 +9,7 @@
 // (STRATA_CASTS=portable, =avx2, and the default) against the IEEE definitions.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace strata::detail {
@@ -17,5 +18,8 @@ void castFloatToHalf(const float* src, uint16_t* dst, int64_t n);
 void castFloatToBFloat16(const float* src, uint16_t* dst, int64_t n);
 void castHalfToFloat(const uint16_t* src, float* dst, int64_t n);
 void castBFloat16ToFloat(const uint16_t* src, float* dst, int64_t n);
+// memmove(dst, src, n), in vector loads and stores for a large copy of ranges that do
+// not overlap where the CPU has AVX2 (STRATA_CASTS=portable: memmove always).
+void copyBytes(void* dst, const void* src, size_t n);
 
 }  // namespace strata::detail

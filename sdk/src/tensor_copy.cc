@@ -42,7 +42,7 @@ void copyCpu(const Tensor& dst, const Tensor& src) {
   char* d = static_cast<char*>(dst.data_ptr());
   const char* s = static_cast<const char*>(src.data_ptr());
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
-    if (dst.nbytes() != 0) std::memmove(d, s, dst.nbytes());
+    if (dst.nbytes() != 0) detail::copyBytes(d, s, dst.nbytes());
     return;
   }
   if (dst.is_contiguous() && src.is_contiguous() && castContiguous(dst, src)) return;

@@ -197,6 +197,35 @@ TEST(CastTest, OddLengthsAndEmptyTensors) {
   }
 }
 
+TEST(CastTest, LargeCopiesAreExactWhateverTheirAlignmentTailAndOverlap) {
+  // Past 1 MB a same-dtype copy of contiguous tensors runs in vector loads and stores
+  // where the CPU has them: every element, the tail and an unaligned start exact, and
+  // tensors that overlap copied as memmove copies.
+  const int64_t n = (int64_t{1} << 18) + 37;  // floats: 1 MB and a tail
+  std::vector<float> xs(static_cast<size_t>(n + 1));
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  const Tensor src = from_vector(xs);
+  for (int64_t offset : {0, 1}) {  // 1: the source starts 4 bytes past a vector boundary
+    const Tensor s = src.slice(0, offset, offset + n);
+    Tensor d = empty({n}, ScalarType::Float);
+    d.copy_(s);
+    EXPECT_EQ(std::memcmp(d.data_ptr<float>(), xs.data() + offset, static_cast<size_t>(n) * sizeof(float)), 0)
+        << "offset " << offset;
+    Tensor unaligned = empty({n + 1}, ScalarType::Float).slice(0, 1, n + 1);
+    unaligned.copy_(s);
+    EXPECT_EQ(std::memcmp(unaligned.data_ptr<float>(), xs.data() + offset, static_cast<size_t>(n) * sizeof(float)), 0)
+        << "offset " << offset << ", unaligned destination";
+  }
+  Tensor t = from_vector(xs);
+  t.slice(0, 1, n + 1).copy_(t.slice(0, 0, n));  // forward overlap
+  EXPECT_EQ(t.data_ptr<float>()[0], xs[0]);
+  EXPECT_EQ(std::memcmp(t.data_ptr<float>() + 1, xs.data(), static_cast<size_t>(n) * sizeof(float)), 0);
+  Tensor u = from_vector(xs);
+  u.slice(0, 0, n).copy_(u.slice(0, 1, n + 1));  // backward overlap
+  EXPECT_EQ(std::memcmp(u.data_ptr<float>(), xs.data() + 1, static_cast<size_t>(n) * sizeof(float)), 0);
+  EXPECT_EQ(u.data_ptr<float>()[n], xs[static_cast<size_t>(n)]);
+}
+
 // Floats to integers: C++ leaves NaN and out-of-range values undefined; Strata gives
 // what PyTorch gives on x86-64 (Note [Integer overflow] in core_ops.cc).
 TEST(CastTest, FloatsOutOfAnIntegersRangeConvertAsPyTorchOnX86) {
