@@ -10,7 +10,8 @@
 // data, as vmap/muladd_plain/8: the difference is the vmap layer's overhead. With
 // VMAP_IDENT set in the environment, `vmap` maps a function that returns its first
 // argument and calls no op: what vmap() itself costs (levels, wrapping two inputs,
-// unwrapping the output). Run it
+// unwrapping the output). The rule is in the typed form (register_vmap<Sig>); with
+// VMAP_BOXED_RULE set, in the boxed form. VMAP_B sets the batch size (default 8). Run it
 // under callgrind twice and take the difference, so start-up cancels out:
 //
 //   for n in 20000 40000; do valgrind --tool=callgrind --callgrind-out-file=/dev/null \
