@@ -771,6 +771,11 @@ RegistrationHandleRAII addTypedVmapRule(std::string_view op_text, VmapRule boxed
   auto handle = d.findSchema(name);
   STRATA_CHECK(handle.has_value(), NotImplemented, api, "(", op_text, "): no operator named ", name.str(),
                " has a schema; define it first (Library::def)");
+  // An op that writes its arguments returns its (batched) self under vmap, which the
+  // boxed path does (pushRuleOutputs) and the typed form's fresh outputs cannot.
+  STRATA_CHECK(!handle->schema().is_mutable(), Schema, api, "(", op_text, "): ", name.str(),
+               " writes its arguments (", handle->schema().str(), "); a typed rule is for ops that do not: give it a "
+               "rule in the boxed form (register_vmap with a VmapRule)");
   if (!allow_override) {
     refuseSecondRule(name, DispatchKey::Batched, std::string(api) + "(" + std::string(op_text) + ")",
                      "a batching rule", debug);
@@ -1030,8 +1035,10 @@ void VmapTensorsCall::enter(Tensor* wrapped) {
   initialize();
   // VmapCall::addTensor and start's checks, with nothing recorded: the first input
   // that is not usual (or sizes that differ) hands the whole check to a VmapCall.
+  STRATA_INTERNAL_ASSERT(n_ <= kMaxInputs, "VmapTensorsCall: more than 64 inputs take the general path");
   int64_t dims[kMaxInputs];
-  int64_t batch = -1;
+  int64_t batch = 0;  // a symbolic size is negative: seen says whether there is one
+  bool seen = false;
   if (in_dims_.is_tuple() && in_dims_.entries().size() != n_) unusualInputs();
   for (size_t i = 0; i < n_; ++i) {
     const DimEntry& e = entryFor(in_dims_, i);
@@ -1042,12 +1049,13 @@ void VmapTensorsCall::enter(Tensor* wrapped) {
     const int64_t d = *e.dim < 0 ? *e.dim + rank : *e.dim;
     if (d < 0 || d >= rank) unusualInputs();
     const int64_t size = t.sizes()[static_cast<size_t>(d)];
-    if (batch >= 0 && size != batch) unusualInputs();
+    if (seen && size != batch) unusualInputs();
     batch = size;
+    seen = true;
     dims[i] = d;
     mapped_ |= uint64_t{1} << i;
   }
-  if (batch < 0) unusualInputs();  // nothing mapped
+  if (!seen) unusualInputs();  // nothing mapped
   // VmapCall::enterChunk(0).
   VmapTls& s = state();
   if (__builtin_expect(s.next_level == s.level_end, 0)) {

@@ -226,6 +226,7 @@ __attribute__((target("avx,f16c"))) void halfToFloatF16C(const uint16_t* src, fl
 // at ~26.7 GB/s against glibc memcpy's ~25.8 (its `rep movsb` at that size), which is
 // PyTorch's vectorized copy loop against Strata's memmove in cast/copy_f32_1m.
 #ifdef STRATA_CAST_X86
+namespace {
 __attribute__((target("avx2"))) void copyBytesAvx2(char* dst, const char* src, size_t n) {
   size_t i = 0;
   for (; i + 64 <= n; i += 64) {
@@ -236,6 +237,7 @@ __attribute__((target("avx2"))) void copyBytesAvx2(char* dst, const char* src, s
   }
   if (i < n) std::memcpy(dst + i, src + i, n - i);
 }
+}  // namespace
 #endif
 
 void copyBytes(void* dst, const void* src, size_t n) {

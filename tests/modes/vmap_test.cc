@@ -19,6 +19,7 @@
 #include "strata/modes/log_mode.h"
 #include "strata/modes/vmap.h"
 #include "strata/ops.h"
+#include "strata/sym_int.h"
 #include "strata/tensor.h"
 
 namespace strata {
@@ -259,6 +260,23 @@ TEST(VmapApi, TheOneTensorPathAndTheGeneralPathAgree) {
   }
   EXPECT_THAT(errorOf([&] { vmap([](const Tensor& a, const Tensor&) { return a; })(x, y); }),
               HasSubstr("Expected all tensors to have the same size in the mapped dimension, got sizes [3, 4]"));
+  // A symbolic batch size (meta tensors of a traced shape): one symbol mapped twice is
+  // one batch size; a symbol and a number differ, on both paths alike.
+  const int64_t s0 = sym::newSymbol("s_batch", 2);
+  const Tensor sx = empty_strided(std::vector<int64_t>{s0, 3}, std::vector<int64_t>{3, 1}, TensorOptions().with_device(kMeta));
+  const Tensor sy = empty_strided(std::vector<int64_t>{s0, 3}, std::vector<int64_t>{3, 1}, TensorOptions().with_device(kMeta));
+  const Tensor s4 = empty({4, 3}, TensorOptions().with_device(kMeta));
+  auto first = [](const Tensor& a, const Tensor&) { return a; };
+  auto first_tuple = [](const Tensor& a, const Tensor&) { return std::make_tuple(a); };
+  const Tensor sym_short = vmap(first)(sx, sy);
+  const Tensor sym_general = std::get<0>(vmap(first_tuple)(sx, sy));
+  EXPECT_EQ(sym::shapeStr(sym_short.sizes()), sym::shapeStr(sym_general.sizes()));
+  EXPECT_EQ(sym_short.sizes()[0], s0);
+  const std::string mixed = errorOf([&] { vmap(first)(sx, s4); });
+  EXPECT_THAT(mixed, HasSubstr("Expected all tensors to have the same size in the mapped dimension"));
+  EXPECT_EQ(mixed, errorOf([&] { vmap(first_tuple)(sx, s4); }));
+  EXPECT_EQ(errorOf([&] { vmap(first)(s4, sx); }), errorOf([&] { vmap(first_tuple)(s4, sx); }));
+  EXPECT_EQ(modes::vmap_depth(), 0u);
   // Under an outer vmap, the inner short path passes the outer level's tensors
   // through and returns an outer tensor expanded.
   const Tensor z = rnd({2, 3, 4});

@@ -175,6 +175,70 @@ TEST(RegisterVmapTyped, TwoOutputsAnOptionalTensorAndOutDims) {
   EXPECT_EQ(opt_present, (std::vector<bool>{true, false, true}));
 }
 
+TEST(RegisterVmapTyped, OutputsAreCheckedInOrderAsOnTheBoxedPath) {
+  TypedOps o;
+  const Tensor x = rnd({3, 5});
+  auto f = [&](const Tensor& t) { return o.split.call(t); };
+  std::string typed_error, boxed_error;
+  {
+    // Both out_dims out of range: output 0 is the one named.
+    auto rule = modes::register_vmap<SplitSig>("vmaptyped::split", [&](const VmapInfo&, const Tensor& t, Dim) {
+      return std::make_tuple(t, 7, t, 9);
+    });
+    typed_error = errorOf([&] { vmap(f)(x); });
+  }
+  {
+    auto rule = modes::register_vmap("vmaptyped::split", [&](const VmapInfo&, const InDims&, Stack& args) {
+      return VmapResult{{args[0], args[0]}, {7, 9}};
+    });
+    boxed_error = errorOf([&] { vmap(f)(x); });
+  }
+  EXPECT_THAT(typed_error, HasSubstr("returned out_dim 7 for output 0"));
+  EXPECT_EQ(typed_error, boxed_error);
+  EXPECT_EQ(modes::vmap_depth(), 0u);
+}
+
+TEST(RegisterVmapTyped, ACallWithTheOpsSignatureTakesTheTypedPath) {
+  // What tells the paths apart from inside the rule: the typed path hands the rule the
+  // wrapper's own value (held by the wrapper and the caller's x), the boxed path a
+  // copy on its stack (one more holder). A boxed caller reaches the typed path too (the
+  // kernel unboxes its stack); explain() observes the call, which the boxed path does.
+  TypedOps o;
+  std::vector<uint32_t> holders;
+  auto rule = modes::register_vmap<MulAddSig>(
+      "vmaptyped::muladd", [&](const VmapInfo& info, const Tensor& a, Dim a_bdim, const Tensor& b, Dim b_bdim, double c) {
+        holders.push_back(a.getIntrusivePtr().use_count());
+        return std::make_tuple(o.muladd.call(modes::move_bdim_to_front(a, a_bdim, info.batch_size),
+                                             modes::move_bdim_to_front(b, b_bdim, info.batch_size), c),
+                               0);
+      });
+  const Tensor x = rnd({4, 3}), w = rnd({3});
+  const Tensor typed = vmap([&](const Tensor& t) { return o.muladd.call(t, w, 1.0); })(x);
+  const Tensor boxed = vmap([&](const Tensor& t) { return o.muladdBoxed(t, w, 1.0); })(x);
+  const Tensor observed = vmap([&](const Tensor& t) {
+    Stack s = explain(o.muladd, Stack{t, w, 1.0}).results;
+    return s[0].toTensor();
+  })(x);
+  EXPECT_TRUE(same(typed, boxed));
+  EXPECT_TRUE(same(typed, observed));
+  ASSERT_EQ(holders.size(), 3u);
+  EXPECT_EQ(holders[0], 2u);  // x and the wrapper
+  EXPECT_EQ(holders[1], 2u);
+  EXPECT_GT(holders[2], 2u);
+}
+
+TEST(RegisterVmapTyped, AnOpThatWritesItsArgumentsTakesTheBoxedForm) {
+  Library def(Library::DEF, "vmaptypedw");
+  def.def("scale_(Tensor(a!) x, Tensor y) -> Tensor(a!)");
+  EXPECT_THAT(errorOf([] {
+                modes::register_vmap<Tensor(const Tensor&, const Tensor&)>(
+                    "vmaptypedw::scale_",
+                    [](const VmapInfo&, const Tensor& x, Dim d, const Tensor&, Dim) { return std::make_tuple(x, d); });
+              }),
+              AllOf(HasSubstr("register_vmap<Sig>(vmaptypedw::scale_): vmaptypedw::scale_ writes its arguments"),
+                    HasSubstr("give it a rule in the boxed form")));
+}
+
 TEST(RegisterVmapTyped, NestedLevelsARuleSeesOnlyItsOwn) {
   TypedOps o;
   std::vector<Seen> seen;

@@ -60,7 +60,8 @@
 // TensorImpl::reset_wrapper_hiding_dim and vmap()'s call in three steps
 // (VmapCall::enterTensors / exitTensors / finishTensor, which vmap.h's template calls);
 // 3, typed batching rules (modes::register_vmap<Sig>: vmap.h's templates call
-// TypedRuleFrame, runBatchedKernel and addTypedVmapRule).
+// TypedRuleFrame, runBatchedKernel and addTypedVmapRule) and vmap()'s usual call in
+// modes::detail::VmapTensorsCall.
 #define STRATA_SDK_ABI_MAJOR 4
 #define STRATA_SDK_ABI_MINOR 3
 // The Qt plugin interface id of every Strata bundle.

@@ -53,6 +53,7 @@
 #include <new>
 #include <optional>
 #include <source_location>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -434,9 +435,20 @@ inline constexpr bool kTypedOptionalTensor = std::is_same_v<std::remove_cvref_t<
 // An argument the rule gets with a batch dim.
 template <typename T>
 inline constexpr bool kTypedMapped = kTypedTensor<T> || kTypedOptionalTensor<T>;
+// Whether a value of type T holds tensors: Tensor, and optionals, vectors and spans
+// (ArrayRef) of what holds them.
 template <typename T>
-inline constexpr bool kTypedList = std::is_same_v<std::remove_cvref_t<T>, std::vector<Tensor>> ||
-                                   std::is_same_v<std::remove_cvref_t<T>, std::vector<std::optional<Tensor>>>;
+struct HoldsTensor : std::is_same<T, Tensor> {};
+template <typename T>
+struct HoldsTensor<std::optional<T>> : HoldsTensor<T> {};
+template <typename T>
+struct HoldsTensor<std::vector<T>> : HoldsTensor<T> {};
+template <typename T, size_t Extent>
+struct HoldsTensor<std::span<const T, Extent>> : HoldsTensor<T> {};
+// An argument holding tensors that the typed form cannot give a batch dim to (a
+// Tensor[] and the like): the op takes the boxed form.
+template <typename T>
+inline constexpr bool kTypedList = HoldsTensor<std::remove_cvref_t<T>>::value && !kTypedMapped<T>;
 
 template <typename R>
 struct TypedReturns : std::false_type {};
@@ -556,7 +568,8 @@ struct TypedBatchedKernel<R(A...), F> {
         return frame.wrap(op, std::move(std::get<0>(out)), Dim(std::get<1>(out)), 0);
       } else {
         return [&]<size_t... J>(std::index_sequence<J...>) {
-          return R(frame.wrap(op, std::move(std::get<2 * J>(out)), Dim(std::get<2 * J + 1>(out)), J)...);
+          // Braces: the outputs are wrapped (and checked) in order, as the boxed path does.
+          return R{frame.wrap(op, std::move(std::get<2 * J>(out)), Dim(std::get<2 * J + 1>(out)), J)...};
         }(std::make_index_sequence<TypedReturns<R>::n>{});
       }
     }
@@ -698,7 +711,8 @@ RegistrationHandleRAII register_vmap(std::string_view op, F rule, bool allow_ove
     static_assert(!(std::is_same_v<A, Tensor&> || ...),
                   "register_vmap<Sig>: an op that writes its arguments (Tensor&) uses the boxed form (VmapRule)");
     static_assert(!(detail::kTypedList<A> || ...),
-                  "register_vmap<Sig>: an op that takes a Tensor[] uses the boxed form (VmapRule)");
+                  "register_vmap<Sig>: an op that takes a Tensor[] (or another list of tensors) uses the boxed "
+                  "form (VmapRule)");
     static_assert(std::is_copy_constructible_v<F>, "register_vmap<Sig>: the rule must be copyable");
     VmapRule boxed = detail::boxedFormOf(std::type_identity<Sig>{}, rule);
     detail::TypedKernelMaker make = [rule](const OperatorHandle& h, std::shared_ptr<const detail::RuleData> data) {
