@@ -240,6 +240,20 @@ __attribute__((target("avx2"))) void copyBytesAvx2(char* dst, const char* src, s
 }  // namespace
 #endif
 
+// Under a sanitizer memmove stays: it is checked once per call, where the loop's
+// 32-byte accesses are each checked out of line (a fuzzer ran 8x fewer inputs).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 void copyBytes(void* dst, const void* src, size_t n) {
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
@@ -247,6 +261,7 @@ void copyBytes(void* dst, const void* src, size_t n) {
   // Only past what the caches hold, where it is all bandwidth, and never for
   // overlapping ranges (memmove's job).
   constexpr size_t kLarge = size_t{1} << 20;
+  if constexpr (kSanitized) return (void)std::memmove(d, s, n);
   const auto da = reinterpret_cast<uintptr_t>(d), sa = reinterpret_cast<uintptr_t>(s);
   if (kCpu.avx2 && n >= kLarge && (da + n <= sa || sa + n <= da)) return copyBytesAvx2(d, s, n);
 #endif
