@@ -765,7 +765,7 @@ RegistrationHandleRAII addTypedVmapRule(std::string_view op_text, VmapRule boxed
     return strata::detail::refuseStaticRegistration(std::string(api) + "(" + std::string(op_text) + ") (" + debug +
                                                     ")");
   }
-  STRATA_CHECK(boxed != nullptr && make != nullptr, Value, api, "(", op_text, "): the rule is empty");
+  STRATA_INTERNAL_ASSERT(boxed != nullptr && make != nullptr, "addTypedVmapRule: register_vmap<Sig> checks the rule");
   const OperatorName name = parseOperatorName(op_text);
   Dispatcher& d = Dispatcher::singleton();
   auto handle = d.findSchema(name);
@@ -836,6 +836,62 @@ VmapCall::~VmapCall() { exitChunk(); }
 namespace {
 
 const DimEntry& entryFor(const Dims& dims, size_t arg) { return dims.is_tuple() ? dims.entries()[arg] : dims.all(); }
+
+// Pushes a new level of this thread (Note [vmap levels]) and returns its id.
+[[gnu::always_inline]] inline uint64_t pushThreadLevel(int64_t batch_size, Randomness randomness) {
+  VmapTls& s = state();
+  if (__builtin_expect(s.next_level == s.level_end, 0)) {
+    // A block of ids at a time: no atomic per vmap call. Blocks are taken in increasing
+    // order, so a thread's levels still increase (atLevel reads an older id as outer).
+    s.next_level = g_next_level.fetch_add(kLevelBlock, std::memory_order_relaxed);
+    s.level_end = s.next_level + kLevelBlock;
+  }
+  const uint64_t level = s.next_level++;
+  s.visible.push_back(Level{level, batch_size, randomness});
+  s.alive.push_back(level);
+  syncBatchedKey();
+  return level;
+}
+
+// Pops the level pushThreadLevel gave: it is on top of the stack (a rule has put
+// back what it took). The inputs its call tracked are released for reuse (and any an
+// inner vmap left, which cannot happen but must not stay held).
+[[gnu::always_inline]] inline void popThreadLevel(uint64_t level) noexcept {
+  VmapTls& s = *t_vmap;
+  while (!s.call_inputs.empty() && s.call_inputs.back().first >= level) {
+    Tensor t = std::move(s.call_inputs.back().second);
+    s.call_inputs.pop_back();
+    releaseBatched(std::move(t));
+  }
+  for (size_t i = s.visible.size(); i > 0; --i) {
+    if (s.visible[i - 1].id == level) {
+      s.visible.erase(s.visible.begin() + static_cast<std::ptrdiff_t>(i - 1));
+      break;
+    }
+  }
+  for (size_t i = s.alive.size(); i > 0; --i) {
+    if (s.alive[i - 1] == level) {
+      s.alive.erase(s.alive.begin() + static_cast<std::ptrdiff_t>(i - 1));
+      break;
+    }
+  }
+  syncBatchedKey();
+}
+
+// The usual result of a one-chunk call: batched at its level with its batch dim
+// already where out_dims puts it, so the value is the result (out is spent). Null
+// for anything else, which VmapCall::collectOutputs handles.
+[[gnu::always_inline]] inline std::optional<Tensor> valueAtOutDim(const Dims& out_dims, Tensor& out, uint64_t level) {
+  if (out_dims.is_tuple() || out_dims.all().is_list || !out_dims.all().dim) return std::nullopt;
+  const BatchedWrapper* b = batchedOf(out);
+  if (b == nullptr || b->level != level) return std::nullopt;
+  const int64_t rank = out.dim() + 1;
+  const int64_t d = *out_dims.all().dim;
+  if (d < -rank || d >= rank || b->bdim != (d < 0 ? d + rank : d)) return std::nullopt;
+  Tensor result = b->value;
+  releaseBatched(std::move(out));
+  return result;
+}
 
 // The in_dim of one tensor input, normalized; the message names where it is.
 Dim checkInDim(const std::string& prefix, size_t arg, std::optional<size_t> element, const Dim& d, const Tensor& t) {
@@ -922,49 +978,15 @@ void VmapCall::enterChunk(size_t chunk) {
   if (chunk > 0 && !rng_state_.empty()) ops::set_rng_state(rng_state_);
   chunk_ = chunk;
   cursor_ = 0;
-  VmapTls& s = state();
-  if (__builtin_expect(s.next_level == s.level_end, 0)) {
-    // A block of ids at a time: no atomic per vmap call. Blocks are taken in increasing
-    // order, so a thread's levels still increase (atLevel reads an older id as outer).
-    s.next_level = g_next_level.fetch_add(kLevelBlock, std::memory_order_relaxed);
-    s.level_end = s.next_level + kLevelBlock;
-  }
-  level_ = s.next_level++;
   const int64_t start = static_cast<int64_t>(chunk) * step_;
-  s.visible.push_back(Level{level_, std::min(step_, batch_size_ - start), randomness_});
-  s.alive.push_back(level_);
+  level_ = pushThreadLevel(std::min(step_, batch_size_ - start), randomness_);
   in_chunk_ = true;
-  syncBatchedKey();
 }
 
 void VmapCall::exitChunk() {
   if (!in_chunk_) return;
   in_chunk_ = false;
-  {
-    // The inputs this chunk made (and any an inner vmap left, which cannot happen but
-    // must not stay held).
-    std::vector<std::pair<uint64_t, Tensor>>& in = state().call_inputs;
-    while (!in.empty() && in.back().first >= level_) {
-      Tensor t = std::move(in.back().second);
-      in.pop_back();
-      releaseBatched(std::move(t));
-    }
-  }
-  // The level is on top of the stack (a rule's LevelPop has put back what it took).
-  VmapTls& s = state();
-  for (size_t i = s.visible.size(); i > 0; --i) {
-    if (s.visible[i - 1].id == level_) {
-      s.visible.erase(s.visible.begin() + static_cast<std::ptrdiff_t>(i - 1));
-      break;
-    }
-  }
-  for (size_t i = s.alive.size(); i > 0; --i) {
-    if (s.alive[i - 1] == level_) {
-      s.alive.erase(s.alive.begin() + static_cast<std::ptrdiff_t>(i - 1));
-      break;
-    }
-  }
-  syncBatchedKey();
+  popThreadLevel(level_);
 }
 
 Tensor VmapCall::input(const Tensor& t) {
@@ -1002,19 +1024,7 @@ void VmapCall::exitTensors(Tensor* wrapped, size_t n) {
 }
 
 Tensor VmapCall::finishTensor(Tensor out) {
-  // The usual result: batched at this level, its batch dim already where out_dims
-  // puts it, so the value is the result.
-  if (!out_dims_.is_tuple() && !out_dims_.all().is_list && out_dims_.all().dim) {
-    if (const BatchedWrapper* b = batchedOf(out); b != nullptr && b->level == level_) {
-      const int64_t rank = out.dim() + 1;
-      const int64_t d = *out_dims_.all().dim;
-      if (d >= -rank && d < rank && b->bdim == (d < 0 ? d + rank : d)) {
-        Tensor result = b->value;
-        releaseBatched(std::move(out));
-        return result;
-      }
-    }
-  }
+  if (std::optional<Tensor> value = valueAtOutDim(out_dims_, out, level_)) return std::move(*value);
   Leaves leaves;
   leaves.emplace_back(size_t{0}, &out, &typeid(Tensor));
   collectOutputs(1, true, leaves);
@@ -1056,17 +1066,8 @@ void VmapTensorsCall::enter(Tensor* wrapped) {
     mapped_ |= uint64_t{1} << i;
   }
   if (!seen) unusualInputs();  // nothing mapped
-  // VmapCall::enterChunk(0).
-  VmapTls& s = state();
-  if (__builtin_expect(s.next_level == s.level_end, 0)) {
-    s.next_level = g_next_level.fetch_add(kLevelBlock, std::memory_order_relaxed);
-    s.level_end = s.next_level + kLevelBlock;
-  }
-  level_ = s.next_level++;
-  s.visible.push_back(Level{level_, batch, randomness_});
-  s.alive.push_back(level_);
+  level_ = pushThreadLevel(batch, randomness_);  // VmapCall::enterChunk(0)
   entered_ = true;
-  syncBatchedKey();
   for (size_t i = 0; i < n_; ++i) {
     wrapped[i] = (mapped_ >> i) & 1 ? makeBatched(*inputs_[i], dims[i], level_) : *inputs_[i];
   }
@@ -1081,43 +1082,11 @@ void VmapTensorsCall::exit(Tensor* wrapped) noexcept {
 
 void VmapTensorsCall::popLevel() noexcept {
   entered_ = false;
-  // VmapCall::exitChunk: the level is on top of the stack (a rule has put back what it
-  // took), and whatever an inner vmap left, which cannot happen, is not kept.
-  VmapTls& s = *t_vmap;
-  while (!s.call_inputs.empty() && s.call_inputs.back().first >= level_) {
-    Tensor t = std::move(s.call_inputs.back().second);
-    s.call_inputs.pop_back();
-    releaseBatched(std::move(t));
-  }
-  for (size_t i = s.visible.size(); i > 0; --i) {
-    if (s.visible[i - 1].id == level_) {
-      s.visible.erase(s.visible.begin() + static_cast<std::ptrdiff_t>(i - 1));
-      break;
-    }
-  }
-  for (size_t i = s.alive.size(); i > 0; --i) {
-    if (s.alive[i - 1] == level_) {
-      s.alive.erase(s.alive.begin() + static_cast<std::ptrdiff_t>(i - 1));
-      break;
-    }
-  }
-  syncBatchedKey();
+  popThreadLevel(level_);
 }
 
 Tensor VmapTensorsCall::finish(Tensor out) {
-  // The usual result: batched at this level, its batch dim already where out_dims
-  // puts it, so the value is the result (VmapCall::finishTensor).
-  if (!out_dims_.is_tuple() && !out_dims_.all().is_list && out_dims_.all().dim) {
-    if (const BatchedWrapper* b = batchedOf(out); b != nullptr && b->level == level_) {
-      const int64_t rank = out.dim() + 1;
-      const int64_t d = *out_dims_.all().dim;
-      if (d >= -rank && d < rank && b->bdim == (d < 0 ? d + rank : d)) {
-        Tensor result = b->value;
-        releaseBatched(std::move(out));
-        return result;
-      }
-    }
-  }
+  if (std::optional<Tensor> value = valueAtOutDim(out_dims_, out, level_)) return std::move(*value);
   // Anything else: VmapCall's checks and moves, as of its one chunk at this level.
   VmapCall call(in_dims_, out_dims_, randomness_, std::nullopt, n_);
   for (size_t i = 0; i < n_; ++i) call.addTensor(i, *inputs_[i]);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../dispatch/test_util.h"
+#include "vmap_test_util.h"
 #include "strata/dispatcher.h"
 #include "strata/library.h"
 #include "strata/local_dispatch_key_set.h"
@@ -36,12 +37,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using strata::testing::errorOf;
 
-Tensor rnd(std::vector<int64_t> shape, ScalarType dt = ScalarType::Float) { return ops::rand(shape, dt); }
-
-bool same(const Tensor& a, const Tensor& b) {
-  return a.sizes().size() == b.sizes().size() && std::equal(a.sizes().begin(), a.sizes().end(), b.sizes().begin()) &&
-         a.dtype() == b.dtype() && ops::allclose(a, b, 1e-5, 1e-6);
-}
+using vmaptest::rnd;
+using vmaptest::same;
 
 // The per-example loop: fn on each slice of the mapped inputs, stacked at dim 0.
 Tensor loop(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& in,

@@ -6,12 +6,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "../dispatch/test_util.h"
+#include "vmap_test_util.h"
 #include "strata/dispatcher.h"
 #include "strata/library.h"
 #include "strata/modes/vmap.h"
@@ -35,12 +37,8 @@ using MulAddSig = Tensor(const Tensor&, const Tensor&, double);
 using SplitSig = std::tuple<Tensor, Tensor>(const Tensor&);
 using MaybeAddSig = Tensor(const Tensor&, const std::optional<Tensor>&);
 
-Tensor rnd(std::vector<int64_t> shape) { return ops::rand(shape, ScalarType::Float); }
-
-bool same(const Tensor& a, const Tensor& b) {
-  return a.sizes().size() == b.sizes().size() && std::equal(a.sizes().begin(), a.sizes().end(), b.sizes().begin()) &&
-         a.dtype() == b.dtype() && ops::allclose(a, b, 1e-5, 1e-6);
-}
+using vmaptest::rnd;
+using vmaptest::same;
 
 std::vector<int64_t> shape(const Tensor& t) { return {t.sizes().begin(), t.sizes().end()}; }
 
@@ -331,6 +329,16 @@ TEST(RegisterVmapTyped, TheRegistrationIsCheckedAndIsOneLikeAnyOther) {
                     [](const VmapInfo&, const Tensor& a, Dim d, double) { return std::make_tuple(a, d); });
               }),
               AllOf(HasSubstr("vmaptyped::muladd: the kernel for Batched"), HasSubstr("does not match the operator's schema")));
+  using RulePtr = std::tuple<Tensor, Dim> (*)(const VmapInfo&, const Tensor&, Dim, const Tensor&, Dim, double);
+  EXPECT_THAT(errorOf([&] { modes::register_vmap<MulAddSig>("vmaptyped::muladd", RulePtr{nullptr}); }),
+              HasSubstr("register_vmap<Sig>(vmaptyped::muladd): the rule is empty"));
+  EXPECT_THAT(errorOf([&] {
+                modes::register_vmap<MulAddSig>(
+                    "vmaptyped::muladd",
+                    std::function<std::tuple<Tensor, Dim>(const VmapInfo&, const Tensor&, Dim, const Tensor&, Dim,
+                                                          double)>());
+              }),
+              HasSubstr("register_vmap<Sig>(vmaptyped::muladd): the rule is empty"));
   EXPECT_THAT(errorOf([&] { modes::register_vmap<MulAddSig>("vmaptyped::nope", typedMulAdd(o, seen)); }),
               HasSubstr("register_vmap<Sig>(vmaptyped::nope): no operator named vmaptyped::nope has a schema"));
   RegistrationHandleRAII first;

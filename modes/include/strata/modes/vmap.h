@@ -714,6 +714,9 @@ RegistrationHandleRAII register_vmap(std::string_view op, F rule, bool allow_ove
                   "register_vmap<Sig>: an op that takes a Tensor[] (or another list of tensors) uses the boxed "
                   "form (VmapRule)");
     static_assert(std::is_copy_constructible_v<F>, "register_vmap<Sig>: the rule must be copyable");
+    if constexpr (requires { rule == nullptr; }) {  // a function pointer or std::function
+      STRATA_CHECK(!(rule == nullptr), Value, "register_vmap<Sig>(", op, "): the rule is empty");
+    }
     VmapRule boxed = detail::boxedFormOf(std::type_identity<Sig>{}, rule);
     detail::TypedKernelMaker make = [rule](const OperatorHandle& h, std::shared_ptr<const detail::RuleData> data) {
       return KernelFunction::makeFromUnboxedFunctor(detail::TypedBatchedKernel<Sig, F>{rule, h, std::move(data)});
