@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <functional>
 #include <string>
 #include <thread>
@@ -198,6 +199,28 @@ TEST(VmapApi, AnExceptionInsideLeavesNoLevelBehind) {
 // takes the general one. Both give the same results and errors for every out_dim and
 // every kind of result: batched with its batch dim moved or not, unbatched (expanded),
 // an input returned as it is, an outer level's tensor, an escaped one.
+TEST(VmapApi, TheStepsABundleBuiltForABI42InlinedStillWork) {
+  // SDK ABI 4.2's vmap() made its usual call in VmapCall's three steps; a bundle built
+  // then still calls them.
+  const Tensor x = rnd({3, 4}), y = rnd({3, 4});
+  const modes::Dims in_dims(0), out_dims(1);
+  modes::detail::VmapCall call(in_dims, out_dims, modes::Randomness::error, std::nullopt, 2);
+  const Tensor* inputs[] = {&x, &y};
+  Tensor out;
+  {
+    std::array<Tensor, 2> wrapped;
+    call.enterTensors(inputs, wrapped.data(), 2);
+    EXPECT_EQ(modes::vmap_depth(), 1u);
+    EXPECT_TRUE(modes::is_batched(wrapped[0]));
+    out = ops::add(wrapped[0], wrapped[1]);
+    call.exitTensors(wrapped.data(), 2);
+  }
+  const Tensor result = call.finishTensor(std::move(out));
+  EXPECT_TRUE(same(result, ops::transpose(ops::add(x, y), 0, 1)));
+  EXPECT_FALSE(modes::is_batched(result));
+  EXPECT_EQ(modes::vmap_depth(), 0u);
+}
+
 TEST(VmapApi, TheOneTensorPathAndTheGeneralPathAgree) {
   const Tensor x = rnd({3, 4, 2}), y = rnd({4, 3});
   using F = std::function<Tensor(const Tensor&, const Tensor&)>;

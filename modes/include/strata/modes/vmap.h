@@ -291,7 +291,8 @@ class STRATA_MODES_API VmapCall {
   // Tensor, no chunk_size, one Tensor returned. enterTensors checks the n inputs,
   // enters the chunk and wraps inputs[i] into wrapped[i]; exitTensors spends the
   // wrapped inputs (when nothing else holds them) and exits the chunk; finishTensor
-  // returns fn's result unwrapped.
+  // returns fn's result unwrapped. What bundles built for SDK ABI 4.2 call (their
+  // vmap() inlined these three); ABI 4.3's vmap() takes VmapTensorsCall instead.
   void enterTensors(const Tensor* const* inputs, Tensor* wrapped, size_t n);
   void exitTensors(Tensor* wrapped, size_t n);
   Tensor finishTensor(Tensor out);
