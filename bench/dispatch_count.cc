@@ -2,9 +2,11 @@
 // are noisy: `strata_dispatch_count MODES CALLS [boxed]` calls a muladd-shaped op
 // CALLS times (typed, or boxed with the stack built per call, as boxed/muladd does)
 // under MODES pass-through modes, as bench/mode_bench.cc's mode_stack/N. With
-// BOXED_REUSE set, `boxed` refills one Stack instead of building a new one from an
-// initializer list: the boxed call without the list's copies (and, before SDK ABI 4
-// kept a Stack's values in place, without the vector's allocation).
+// BOXED_REUSE set, `boxed` refills one Stack (emplace_back) instead of building a new
+// one from a braced list: the boxed call without the Stack's construction and
+// destruction (and, before SDK ABI 4 kept a Stack's values in place, without the
+// vector's allocation; before a braced list built its values in place, without the
+// list's copies).
 // `strata_dispatch_count vmap|plain CALLS` runs vmap/muladd_rule/8's work (an op with
 // a batching rule vmapped over [8, 4] rows) or the op called plainly on the same
 // data, as vmap/muladd_plain/8: the difference is the vmap layer's overhead. With

@@ -287,6 +287,57 @@ TEST(StackTest, BuildsValuesInPlaceInOrder) {
   EXPECT_EQ(ints(many), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
 }
 
+// `Stack st{a, b, 2.0}` builds each value once, from its argument, in place: it takes
+// what a braced list of IValues takes, and what that does not take keeps its meaning.
+TEST(StackTest, ABracedListBuildsEachValueFromItsArgument) {
+  const Tensor t = zeros({2});
+  Tensor u = ones({3});
+  const TensorImpl* u_impl = u.unsafeGetTensorImpl();
+  const std::optional<Tensor> maybe = t;
+  {
+    Stack s{t, 2.0, 2.5f, int64_t{3}, 4, true, "str", std::string("s"), std::string_view("v"), std::nullopt,
+            maybe, ScalarType::Half, IValue(int64_t{9}), std::move(u)};
+    ASSERT_EQ(s.size(), 14u);
+    EXPECT_FALSE(s.inPlace());  // more than kInline values: on the heap, as a list would be
+    EXPECT_EQ(s[0].toTensor().unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
+    EXPECT_EQ(s[1].toDouble(), 2.0);
+    EXPECT_EQ(s[2].toDouble(), 2.5);
+    EXPECT_EQ(s[3].toInt(), 3);
+    EXPECT_EQ(s[4].toInt(), 4);
+    EXPECT_TRUE(s[5].isBool() && s[5].toBool());
+    EXPECT_EQ(s[6].toStringView(), "str");
+    EXPECT_EQ(s[7].toStringView(), "s");
+    EXPECT_EQ(s[8].toStringView(), "v");
+    EXPECT_TRUE(s[9].isNone());
+    EXPECT_EQ(s[10].toTensor().unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
+    EXPECT_EQ(s[11].toScalarType(), ScalarType::Half);
+    EXPECT_EQ(s[12].toInt(), 9);
+    EXPECT_EQ(s[13].toTensor().unsafeGetTensorImpl(), u_impl);  // an rvalue is moved in
+    EXPECT_FALSE(u.defined());                                    // NOLINT(bugprone-use-after-move)
+    EXPECT_EQ(t.getIntrusivePtr().use_count(), 4u);               // t, maybe, s[0], s[10]
+    Stack few = {t, 1};                                           // copy-list-initialization
+    EXPECT_TRUE(few.inPlace());
+    EXPECT_EQ(few.size(), 2u);
+  }
+  EXPECT_EQ(t.getIntrusivePtr().use_count(), 2u);  // t and maybe: every value dropped
+  // A value that fails to be made: the ones before it are dropped, nothing leaks.
+  const char* none = nullptr;  // std::string(nullptr) throws
+  EXPECT_ANY_THROW((Stack{t, t, none}));
+  EXPECT_EQ(t.getIntrusivePtr().use_count(), 2u);
+  // What a list of IValues does not take keeps its meaning.
+  const size_t n = 3;
+  EXPECT_EQ(Stack{n}.size(), 3u);  // a size_t is not a value (ambiguous): n Nones, as Stack(n)
+  EXPECT_TRUE(Stack{n}[2].isNone());
+  EXPECT_EQ(Stack{3}.size(), 1u);  // an int is a value
+  const Stack r = iota(4);
+  EXPECT_EQ(ints(Stack{r.begin() + 1, r.end()}), (std::vector<int64_t>{1, 2, 3}));  // pointers: a range
+  EXPECT_EQ(ints(Stack{r}), ints(r));                                                // a Stack: a copy
+  const std::vector<IValue> list{IValue(int64_t{1}), IValue(int64_t{2})};
+  ASSERT_EQ(Stack{list}.size(), 1u);  // a vector of IValues is one value, a list, as before
+  EXPECT_TRUE(Stack{list}[0].isGenericList());
+  EXPECT_EQ(ints(Stack(2, IValue(int64_t{5}))), (std::vector<int64_t>{5, 5}));  // (count, value)
+}
+
 TEST(StackTest, RefusesWhatItCannotHoldAndInsertsPastItsEnd) {
   Stack s = iota(3);
   EXPECT_THAT(indexErrorOf([&] { s.reserve(Stack::kInline + (size_t{1} << 28)); }),

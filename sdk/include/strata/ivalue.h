@@ -18,11 +18,13 @@
 #include <cstdint>
 #include <initializer_list>
 #include <iterator>
+#include <memory>
 #include <new>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -317,6 +319,70 @@ T IValue::to() const {
 
 STRATA_API std::ostream& operator<<(std::ostream& os, const IValue& v);
 
+namespace detail {
+// One value of a braced Stack, `Stack st{a, b, 2.0}`: a reference to the argument
+// and how to build an IValue from it, so that the Stack builds each value once, in
+// place, where an initializer_list<IValue> would build it and then copy it (for a
+// tensor, a reference taken and dropped per argument). The arguments, temporaries
+// included, live until the end of the full expression, the Stack's construction
+// with it. It takes what an IValue list's element would: an argument that converts
+// to an IValue; pointers other than strings are not values (such a list refuses
+// them as narrowing to bool, and `Stack{first, last}` is a range).
+class StackArg {
+ public:
+  template <typename A, typename = std::enable_if_t<
+                            std::is_convertible_v<A, IValue> &&
+                            (!std::is_pointer_v<std::decay_t<A>> || std::is_convertible_v<std::decay_t<A>, const char*>)>>
+  StackArg(A&& a) noexcept {  // NOLINT: an element of a braced list
+    using T = std::remove_cvref_t<A>;
+    constexpr bool rvalue = !std::is_lvalue_reference_v<A>;
+    if constexpr (std::is_same_v<T, Tensor>) {
+      kind_ = rvalue ? Kind::TensorMove : Kind::TensorCopy;
+      u_.arg = std::addressof(a);
+    } else if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) {
+      kind_ = Kind::Double;
+      u_.d = a;
+    } else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, int32_t>) {
+      kind_ = Kind::Int;
+      u_.i = a;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      kind_ = Kind::Bool;
+      u_.i = a;
+    } else {
+      kind_ = Kind::Other;
+      u_.arg = std::addressof(a);
+      make_ = &make<A>;
+    }
+  }
+  // The common kinds are built inline; the rest through make_.
+  void constructAt(IValue* at) const {
+    switch (kind_) {
+      case Kind::TensorCopy: new (at) IValue(*static_cast<const Tensor*>(u_.arg)); return;
+      case Kind::TensorMove: new (at) IValue(std::move(*const_cast<Tensor*>(static_cast<const Tensor*>(u_.arg)))); return;
+      case Kind::Double: new (at) IValue(u_.d); return;
+      case Kind::Int: new (at) IValue(u_.i); return;
+      case Kind::Bool: new (at) IValue(u_.i != 0); return;
+      case Kind::Other: make_(at, u_.arg); return;
+    }
+  }
+
+ private:
+  template <typename A>
+  static void make(IValue* at, const void* arg) {
+    using T = std::remove_reference_t<A>;
+    new (at) IValue(static_cast<A&&>(*const_cast<T*>(static_cast<const T*>(arg))));
+  }
+  enum class Kind : uint8_t { TensorCopy, TensorMove, Double, Int, Bool, Other };
+  union {
+    const void* arg;
+    double d;
+    int64_t i;
+  } u_;
+  Kind kind_;
+  void (*make_)(IValue*, const void*) = nullptr;
+};
+}  // namespace detail
+
 // The argument stack of a boxed call: arguments in schema order on entry,
 // results in schema order on return.
 //
@@ -348,7 +414,19 @@ class STRATA_API Stack {
   static constexpr size_t kInline = 8;
 
   Stack() noexcept : data_(inlineData()) {}
-  Stack(std::initializer_list<IValue> values) : Stack() { append(values.begin(), values.end()); }
+  // `Stack st{a, b, 2.0}`: each value built once, in place (see detail::StackArg).
+  Stack(std::initializer_list<detail::StackArg> values) : Stack() {
+    reserve(values.size());
+    IValue* at = data_;
+    const detail::StackArg* v = values.begin();
+    try {
+      for (; v != values.end(); ++v, ++at) v->constructAt(at);
+    } catch (...) {
+      size_ = static_cast<size_t>(v - values.begin());  // the values made so far
+      throw;
+    }
+    size_ = values.size();
+  }
   explicit Stack(size_t n) : Stack() { resize(n); }
   Stack(size_t n, const IValue& v) : Stack() { resize(n, v); }
   template <typename It, typename = decltype(IValue(*std::declval<It>()))>
