@@ -380,8 +380,9 @@ std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer, 
       if (scenario.startsWith("fake/")) {
         // FakeTensorMode per op: at most 1/50 of PyTorch's from Python. core::matmul is
         // held to the same per-op figure as add (the anchors time one aten op).
-        std::vector<std::pair<QString, const BenchResult*>> rows{{scenario, r}};
-        if (scenario == "fake/core_add") rows.emplace_back("fake/core_matmul", strata.find("fake/core_matmul"));
+        const std::pair<QString, const BenchResult*> rows[] = {
+            {scenario, r},
+            {"fake/core_matmul", scenario == "fake/core_add" ? strata.find("fake/core_matmul") : nullptr}};
         for (const auto& [name, row] : rows) {
           if (!ok(row)) continue;
           goals.push_back({name + " at most 1/50 of PyTorch's FakeTensorMode from Python (" + anchor + ")",
