@@ -287,6 +287,18 @@ TEST(StackTest, BuildsValuesInPlaceInOrder) {
   EXPECT_EQ(ints(many), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
 }
 
+// What a braced Stack of one argument compiles to: a number whose conversion to an
+// IValue is ambiguous is refused, as a list of IValues refused it, not taken as
+// Stack(n)'s count.
+template <typename T>
+concept BracedStackOf = requires(T x) { Stack{x}; };
+template <typename T>
+concept BracedStackOfTwo = requires(T x) { Stack{x, x}; };
+static_assert(BracedStackOf<int> && BracedStackOf<int64_t> && BracedStackOf<double> && BracedStackOf<bool>);
+static_assert(!BracedStackOf<size_t> && !BracedStackOf<unsigned> && !BracedStackOf<long long>);
+static_assert(!BracedStackOfTwo<unsigned> && !BracedStackOfTwo<uint64_t>);
+static_assert(BracedStackOf<Tensor> && BracedStackOf<std::string> && BracedStackOf<const char*>);
+
 // `Stack st{a, b, 2.0}` builds each value once, from its argument, in place: it takes
 // what a braced list of IValues takes, and what that does not take keeps its meaning.
 TEST(StackTest, ABracedListBuildsEachValueFromItsArgument) {
@@ -324,10 +336,17 @@ TEST(StackTest, ABracedListBuildsEachValueFromItsArgument) {
   const char* none = nullptr;  // std::string(nullptr) throws
   EXPECT_ANY_THROW((Stack{t, t, none}));
   EXPECT_EQ(t.getIntrusivePtr().use_count(), 2u);
+  // `{}` is None; a const rvalue is copied, not moved from.
+  const Stack nones{{}, 3, {}};
+  ASSERT_EQ(nones.size(), 3u);
+  EXPECT_TRUE(nones[0].isNone());
+  EXPECT_EQ(nones[1].toInt(), 3);
+  EXPECT_TRUE(nones[2].isNone());
+  const Tensor kept = zeros({1});
+  const Stack copied{std::move(kept)};  // NOLINT(performance-move-const-arg): the point
+  EXPECT_TRUE(kept.defined());
+  EXPECT_EQ(copied[0].toTensor().unsafeGetTensorImpl(), kept.unsafeGetTensorImpl());
   // What a list of IValues does not take keeps its meaning.
-  const size_t n = 3;
-  EXPECT_EQ(Stack{n}.size(), 3u);  // a size_t is not a value (ambiguous): n Nones, as Stack(n)
-  EXPECT_TRUE(Stack{n}[2].isNone());
   EXPECT_EQ(Stack{3}.size(), 1u);  // an int is a value
   const Stack r = iota(4);
   EXPECT_EQ(ints(Stack{r.begin() + 1, r.end()}), (std::vector<int64_t>{1, 2, 3}));  // pointers: a range
