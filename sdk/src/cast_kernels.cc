@@ -3,6 +3,7 @@
 // subnormal, normal, overflow, infinity or NaN) asks for.
 #include "cast_kernels.h"
 
+#include "sanitized.h"
 #include "strata/half.h"
 
 #include <bit>
@@ -242,17 +243,7 @@ __attribute__((target("avx2"))) void copyBytesAvx2(char* dst, const char* src, s
 
 // Under a sanitizer memmove stays: it is checked once per call, where the loop's
 // 32-byte accesses are each checked out of line (a fuzzer ran 8x fewer inputs).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+constexpr bool kSanitized = STRATA_SANITIZED;
 
 void copyBytes(void* dst, const void* src, size_t n) {
   auto* d = static_cast<char*>(dst);

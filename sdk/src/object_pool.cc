@@ -7,18 +7,10 @@
 #include <memory>
 #include <new>
 
+#include "sanitized.h"
 #include "strata/intrusive_ptr.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define STRATA_POOL_OBJECTS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-#define STRATA_POOL_OBJECTS 0
-#endif
-#endif
-#ifndef STRATA_POOL_OBJECTS
-#define STRATA_POOL_OBJECTS 1
-#endif
+#define STRATA_POOL_OBJECTS (!STRATA_SANITIZED)
 
 namespace strata::detail {
 

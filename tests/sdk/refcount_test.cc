@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../dispatch/test_util.h"
+#include "sanitized.h"
 #include "strata/dispatcher.h"
 #include "strata/intrusive_ptr.h"
 #include "strata/library.h"
@@ -371,17 +372,7 @@ TEST(RefcountConcurrencyTest, TensorsSharedAcrossThreads) {
 
 // --- Small object pools (Note [Small object pools]) and pooled stacks ---------
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kPooling = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-constexpr bool kPooling = false;
-#else
-constexpr bool kPooling = true;
-#endif
-#else
-constexpr bool kPooling = true;
-#endif
+constexpr bool kPooling = !STRATA_SANITIZED;  // as object_pool.cc decides
 
 // Counted, with its memory from the pools.
 struct PooledCounted : Counted {
