@@ -1034,10 +1034,14 @@ Tensor VmapCall::finishTensor(Tensor out) {
 
 // --- VmapTensorsCall: the usual call, lean. -------------------------------------
 
-void VmapTensorsCall::unusualInputs() const {
-  VmapCall call(in_dims_, out_dims_, randomness_, std::nullopt, n_);
+void VmapTensorsCall::startGeneral(VmapCall& call) const {
   for (size_t i = 0; i < n_; ++i) call.addTensor(i, *inputs_[i]);
   call.start();
+}
+
+void VmapTensorsCall::unusualInputs() const {
+  VmapCall call(in_dims_, out_dims_, randomness_, std::nullopt, n_);
+  startGeneral(call);
   STRATA_INTERNAL_ASSERT(false, "vmap: an input the short path refused passed VmapCall's checks");
 }
 
@@ -1089,8 +1093,7 @@ Tensor VmapTensorsCall::finish(Tensor out) {
   if (std::optional<Tensor> value = valueAtOutDim(out_dims_, out, level_)) return std::move(*value);
   // Anything else: VmapCall's checks and moves, as of its one chunk at this level.
   VmapCall call(in_dims_, out_dims_, randomness_, std::nullopt, n_);
-  for (size_t i = 0; i < n_; ++i) call.addTensor(i, *inputs_[i]);
-  call.start();
+  startGeneral(call);
   call.level_ = level_;
   VmapCall::Leaves leaves;
   leaves.emplace_back(size_t{0}, &out, &typeid(Tensor));

@@ -355,7 +355,8 @@ class STRATA_MODES_API VmapTensorsCall {
 
  private:
   void popLevel() noexcept;
-  void unusualInputs() const;  // throws VmapCall's error
+  void startGeneral(VmapCall& call) const;  // VmapCall's checks of the same inputs
+  void unusualInputs() const;               // throws VmapCall's error
 
   const Dims& in_dims_;
   const Dims& out_dims_;
