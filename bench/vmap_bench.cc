@@ -3,8 +3,9 @@
 // boxed form (in_dims and a Stack), the op without one (the for-loop fallback: B calls
 // and a stack), the op called plainly on the same [B, 4] data (what the rule's one
 // call costs: the layer's overhead is vmap/muladd_rule/B minus it), and a nested vmap
-// 2x8. Each vmapped call's result is dropped before the next, as the plain call's is. The ops compute a*b+c into a new tensor, as a kernel does. Paired
-// with PyTorch's functorch.vmap in Python (../shared/anchors/python_layers:
+// 2x8. Each vmapped call's result is dropped before the next, as the plain call's is.
+// The ops compute a*b+c into a new tensor, as a kernel does. Paired with PyTorch's
+// functorch.vmap in Python (../shared/anchors/python_layers:
 // python_vmap_muladd_rule_B{8,64}_ns) by `strata bench --python-anchors FILE`.
 #include <benchmark/benchmark.h>
 

@@ -194,11 +194,6 @@ TEST(VmapApi, AnExceptionInsideLeavesNoLevelBehind) {
   EXPECT_FALSE(tls_local_dispatch_key_set().included.has(DispatchKey::Batched));
 }
 
-// A function of Tensors returning one Tensor, without chunk_size, takes vmap()'s short
-// path (VmapCall::enterTensors / finishTensor); the same function returning a tuple
-// takes the general one. Both give the same results and errors for every out_dim and
-// every kind of result: batched with its batch dim moved or not, unbatched (expanded),
-// an input returned as it is, an outer level's tensor, an escaped one.
 TEST(VmapApi, TheStepsABundleBuiltForABI42InlinedStillWork) {
   // SDK ABI 4.2's vmap() made its usual call in VmapCall's three steps; a bundle built
   // then still calls them.
@@ -221,6 +216,11 @@ TEST(VmapApi, TheStepsABundleBuiltForABI42InlinedStillWork) {
   EXPECT_EQ(modes::vmap_depth(), 0u);
 }
 
+// A function of Tensors returning one Tensor, without chunk_size, takes vmap()'s short
+// path (detail::VmapTensorsCall); the same function returning a tuple
+// takes the general one. Both give the same results and errors for every out_dim and
+// every kind of result: batched with its batch dim moved or not, unbatched (expanded),
+// an input returned as it is, an outer level's tensor, an escaped one.
 TEST(VmapApi, TheOneTensorPathAndTheGeneralPathAgree) {
   const Tensor x = rnd({3, 4, 2}), y = rnd({4, 3});
   using F = std::function<Tensor(const Tensor&, const Tensor&)>;
