@@ -18,6 +18,7 @@
 #include "strata/library.h"
 #include "strata/modes/vmap.h"
 #include "strata/ops.h"
+#include "strata/plugin.h"
 #include "strata/tensor.h"
 
 namespace strata {
@@ -31,6 +32,7 @@ using modes::vmap;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using strata::testing::errorOf;
 
 using MulAddSig = Tensor(const Tensor&, const Tensor&, double);
@@ -341,6 +343,17 @@ TEST(RegisterVmapTyped, TheRegistrationIsCheckedAndIsOneLikeAnyOther) {
               HasSubstr("register_vmap<Sig>(vmaptyped::muladd): the rule is empty"));
   EXPECT_THAT(errorOf([&] { modes::register_vmap<MulAddSig>("vmaptyped::nope", typedMulAdd(o, seen)); }),
               HasSubstr("register_vmap<Sig>(vmaptyped::nope): no operator named vmaptyped::nope has a schema"));
+  {
+    // From a static initializer while a host loads a bundle (Note [Static
+    // registrations in bundles]): refused and recorded, not thrown, nothing registered.
+    StaticRegistrations got;
+    CaptureStaticRegistrations capture(got);
+    const RegistrationHandleRAII refused = modes::register_vmap<MulAddSig>("vmaptyped::muladd", typedMulAdd(o, seen));
+    ASSERT_EQ(got.refused.size(), 1u);
+    EXPECT_THAT(got.refused[0], AllOf(HasSubstr("register_vmap<Sig>(vmaptyped::muladd) (registered at"),
+                                      HasSubstr("vmap_typed_test.cc")));
+    EXPECT_THAT(dump("vmaptyped::muladd"), Not(HasSubstr("vmap batching rule")));  // while its handle lives
+  }
   RegistrationHandleRAII first;
   {
     RegistrationOwnerGuard owner("first_bundle@1.0.0");
