@@ -538,7 +538,12 @@ QStringList PluginHost::rescan() {
     for (const auto& p : store_->pins()) pins[p.name] = p.version;
     disabled = store_->disabledBundles();
   }
+  // The versions to try for each name, in order (Note [Choosing a version]): the
+  // first is chosen, the rest are what a failed load falls back to.
   std::map<QString, const BundleFile*> chosen;
+  std::map<QString, std::vector<const BundleFile*>> fallbacks;
+  std::map<QString, QString> pin_notes;  // name -> why the pin did not decide
+  std::set<const BundleFile*> rejected_now;
   for (auto& [name, list] : by_name) {
     std::sort(list.begin(), list.end(),
               [](const BundleFile* a, const BundleFile* b) { return a->metadata->version > b->metadata->version; });
@@ -547,25 +552,32 @@ QStringList PluginHost::rescan() {
       for (const auto* f : list) record(*f, "disabled", why);
       continue;
     }
-    const BundleFile* pick = list.front();
-    QString why = "superseded by " + name + "@" + pick->metadata->version_text;
-    if (auto it = pins.find(name.toStdString()); it != pins.end()) {
-      pick = nullptr;
-      for (const auto* f : list) {
-        if (f->metadata->version_text == q(it->second)) pick = f;
-      }
-      if (pick == nullptr) {
-        for (const auto* f : list) {
-          record(*f, "superseded", "pinned to " + q(it->second) + ", which is not in the plugin directory");
-        }
-        continue;
-      }
-      why = "not the pinned version (" + q(it->second) + ")";
-    }
+    std::vector<const BundleFile*> order;
     for (const auto* f : list) {
-      if (f != pick) record(*f, "superseded", why);
+      if (auto u = unloadable_.find(f->sha256);
+          u != unloadable_.end() && (!u->second.others || *u->second.others == othersLoaded(*f->metadata))) {
+        record(*f, "rejected", u->second.reason);
+        rejected_now.insert(f);
+      } else {
+        order.push_back(f);
+      }
     }
-    chosen[name] = pick;
+    if (auto it = pins.find(name.toStdString()); it != pins.end()) {
+      const QString pinned = q(it->second);
+      auto p = std::find_if(order.begin(), order.end(),
+                            [&](const BundleFile* f) { return f->metadata->version_text == pinned; });
+      if (p != order.end()) {
+        std::rotate(order.begin(), p, p + 1);
+      } else {
+        const bool there = std::any_of(list.begin(), list.end(),
+                                       [&](const BundleFile* f) { return f->metadata->version_text == pinned; });
+        pin_notes[name] = "pinned to " + pinned +
+                          (there ? ", which cannot load" : ", which is not in the plugin directory");
+      }
+    }
+    if (order.empty()) continue;
+    chosen[name] = order.front();
+    fallbacks[name].assign(order.begin() + 1, order.end());
   }
   // 3. Unload what is no longer chosen (or changed), with every bundle that
   // implements a namespace it defines (reloaded in step 4), newest first.
@@ -613,6 +625,26 @@ QStringList PluginHost::rescan() {
     }
   }
   std::set<QString> failed;
+  // A version that cannot load gives way to the next one to try, if any; then the
+  // name has failed, and so have the bundles that implement what it defines.
+  auto give_up = [&](std::map<QString, const BundleFile*>::iterator it) {
+    const QString name = it->first;
+    rejected_now.insert(it->second);
+    it = pending.erase(it);
+    auto& next = fallbacks[name];
+    if (next.empty()) {
+      failed.insert(name);
+      return it;
+    }
+    const BundleFile* f = next.front();
+    next.erase(next.begin());
+    chosen[name] = f;
+    pending[name] = f;  // before `it`: the next pass tries it
+    for (const auto& ns : f->metadata->defines) {
+      if (!definer.count(ns)) definer[ns] = name;
+    }
+    return it;
+  };
   while (!pending.empty()) {
     bool progress = false;
     for (auto it = pending.begin(); it != pending.end();) {
@@ -628,8 +660,7 @@ QStringList PluginHost::rescan() {
         const QString why = "implements namespace '" + missing + "', which no loaded bundle defines";
         record(f, "rejected", why);
         what << "rejected " + it->first + "@" + f.metadata->version_text + ": " + why;
-        failed.insert(it->first);
-        it = pending.erase(it);
+        it = give_up(it);
         progress = true;
         continue;
       }
@@ -647,27 +678,66 @@ QStringList PluginHost::rescan() {
       if (!taken.isEmpty()) {
         record(f, "rejected", taken);
         what << "rejected " + it->first + "@" + f.metadata->version_text + ": " + taken;
-        failed.insert(it->first);
-        it = pending.erase(it);
+        it = give_up(it);
         progress = true;
         continue;
       }
       QString error;
       if (load(f, &error)) {
         what << "loaded " + it->first + "@" + f.metadata->version_text;
+        it = pending.erase(it);
       } else {
-        failed.insert(it->first);
         what << "rejected " + it->first + "@" + f.metadata->version_text + ": " + error;
+        it = give_up(it);
       }
-      it = pending.erase(it);
       progress = true;
     }
     if (!progress) {  // a cycle: everything left waits on something else left
       for (const auto& [name, f] : pending) {
         record(*f, "rejected", "its namespace dependencies form a cycle");
+        rejected_now.insert(f);
         what << "rejected " + name + ": dependency cycle";
       }
       break;
+    }
+  }
+  // The versions not loaded and not rejected, and the note a pin that did not decide
+  // leaves on the loaded one (Note [Choosing a version]).
+  for (const auto& [name, list] : by_name) {
+    if (disabled.count(name.toStdString())) continue;
+    auto l = loaded_.find(name);
+    const BundleFile* running = nullptr;
+    for (const auto* f : list) {
+      if (l != loaded_.end() && f->sha256 == l->second.sha256) running = f;
+    }
+    const auto pin = pins.find(name.toStdString());
+    const auto note = pin_notes.find(name);
+    QString why;
+    if (note != pin_notes.end()) {
+      why = running != nullptr ? note->second + "; " + name + "@" + running->metadata->version_text + " runs instead"
+                               : note->second;
+    } else if (pin != pins.end() && running != nullptr && running->metadata->version_text != q(pin->second)) {
+      why = "superseded by " + name + "@" + running->metadata->version_text + " (pinned to " + q(pin->second) +
+            ", which cannot load)";
+    } else if (pin != pins.end()) {
+      why = "not the pinned version (" + q(pin->second) + ")";
+    } else if (running != nullptr) {
+      why = "superseded by " + name + "@" + running->metadata->version_text;
+    } else {
+      why = "not tried: no version of " + name + " loads";
+    }
+    for (const auto* f : list) {
+      if (f == running || rejected_now.count(f)) continue;
+      record(*f, "superseded", why);
+    }
+    if (running != nullptr) {
+      const QString& was = l->second.note;
+      const QString pinned_note = note != pin_notes.end() ? why : QString();
+      const QString reason = pinned_note.isEmpty() ? was : was.isEmpty() ? pinned_note : pinned_note + "; " + was;
+      // Only when it changed: recording a loaded row stamps its last_loaded.
+      if (auto v = view_.find(viewKey(*running)); v == view_.end() || q(v->second.reason) != reason) {
+        record(*running, "loaded", reason);
+      }
     }
   }
   // 5. Files that left the directory.
@@ -685,10 +755,29 @@ QStringList PluginHost::rescan() {
   return what;
 }
 
+// The loaded bundles a bundle's registrations could clash with: all but itself (any
+// version) and those that implement a namespace it defines (Note [Choosing a version]).
+QString PluginHost::othersLoaded(const BundleMetadata& m) const {
+  QStringList out;
+  for (const auto& [name, l] : loaded_) {
+    if (name == m.name) continue;
+    if (std::any_of(l.implements.begin(), l.implements.end(), [&](const QString& ns) { return m.defines.contains(ns); })) {
+      continue;
+    }
+    out << name + "@" + l.sha256;
+  }
+  return out.join(',');
+}
+
 bool PluginHost::load(const BundleFile& f, QString* error) {
   const BundleMetadata& m = *f.metadata;
-  auto reject = [&](const QString& why) {
+  // A failure of the file's own (its code, its registrations) is remembered by its
+  // content; one of the host's (the bundle cache) is not (Note [Choosing a version]).
+  enum Remember { never, always, while_others_same };
+  auto reject = [&](const QString& why, Remember remember = always) {
     *error = why;
+    if (remember == always) unloadable_[f.sha256] = {why, std::nullopt};
+    if (remember == while_others_same) unloadable_[f.sha256] = {why, othersLoaded(m)};
     record(f, "rejected", why);  // which logs it
     return false;
   };
@@ -698,14 +787,14 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
     const QTemporaryDir& cache = bundleCache();
     if (!cache.isValid()) {
       libs_.erase(f.sha256);
-      return reject("cannot create the bundle cache: " + cache.errorString());
+      return reject("cannot create the bundle cache: " + cache.errorString(), never);
     }
     const QString copy = cache.filePath(f.sha256 + "-" + QFileInfo(f.path).fileName());
     if (!QFile::exists(copy)) {
       QString why;
       if (!copyVerified(f.path, f.sha256, copy, &why)) {
         libs_.erase(f.sha256);
-        return reject(why);
+        return reject(why, never);
       }
     }
     loader = std::make_unique<QPluginLoader>(copy);
@@ -773,7 +862,7 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
     }
     if (!why.isEmpty()) registrar->clear();  // before the batch ends: calls never see it
   }
-  if (!why.isEmpty()) return reject(why);
+  if (!why.isEmpty()) return reject(why, while_others_same);
   // serve --check: opcheck and gradcheck on the samples the bundle ships, now that its
   // tables are published (the checks call its ops through the dispatcher).
   QString check_note;
@@ -787,7 +876,7 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
         RegistrationBatch batch;
         registrar->clear();
       }
-      return reject("strata check failed: " + failure);
+      return reject("strata check failed: " + failure, while_others_same);
     }
     check_note = failure.isEmpty() ? QString("strata check passed: %1 test(s)").arg(ran)
                                    : "strata check failed: " + failure;
@@ -807,6 +896,7 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
   l.implements = m.implements;
   l.registrar = std::move(registrar);
   l.seq = ++load_seq_;
+  l.note = check_note;
   record(f, "loaded", check_note);
   recordRegistrations(l);
   qCInfo(lcHost).noquote() << "loaded" << m.name + "@" + m.version_text << "from" << f.path;

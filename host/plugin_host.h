@@ -28,10 +28,30 @@
 //   6. on any error the BundleRegistrar is cleared before the batch ends, so calls
 //      never see the bundle; otherwise the batch ends and every table it touched is
 //      published at once.
-// Before step 1, the file must pass the trust checks (Note [Plugin trust]).
+// Before step 1, the file must pass the trust checks (Note [Plugin trust]); which
+// version of a bundle goes through these steps is Note [Choosing a version].
 // Removing, disabling or replacing a bundle clears its registrar (in a batch too), so
 // no table reaches its code. Its library stays mapped (QPluginLoader::unload is
 // never called): a call may still be running inside it.
+//
+// Note [Choosing a version]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// Several versions of a bundle may sit in the directory. Each rescan tries them in
+// order until one loads: the pinned version first when it is there (a pin to a
+// version that is not there does not take effect, and every row says so), then
+// the others, highest first. So a new version that fails to load never takes the
+// bundle down: the version that ran before loads again, and its dependents with
+// it (the old one is unloaded first, as for any upgrade: two versions define the
+// same namespaces and cannot be registered side by side). A file whose load failed
+// is remembered by its sha256, with the reason, and not tried again by this host
+// while that content is there, so the next rescan (an admin's kernel toggle, another
+// bundle arriving) leaves the running version alone. A new build of the file is new
+// content, and is tried. A failure of its registrations may come from another
+// bundle's (a kernel it may not override), so that one is tried again once the
+// other loaded bundles change (those that implement its namespaces aside: they
+// reload with whichever version loads). Failures that depend on the rest of the
+// directory (a namespace no bundle defines, or one another bundle already defines)
+// or on the host (the bundle cache) are not remembered.
 #pragma once
 
 #include <QFileSystemWatcher>
@@ -175,6 +195,7 @@ class PluginHost : public QObject {
     std::unique_ptr<BundleRegistrar> registrar;
     QStringList defines, implements;
     uint64_t seq = 0;  // load order
+    QString note;      // what its row says beside "loaded" (the check's result, an insecure load)
   };
   const QString& pluginDir() const { return dir_; }
   const std::map<QString, Loaded>& loaded() const { return loaded_; }
@@ -216,6 +237,15 @@ class PluginHost : public QObject {
   TrustPolicy trust_;
   bool recording_ = true;
   std::map<QString, db::HostBundleRow> view_;  // by viewKey(): sha256, or path for a rejected file
+  // Files whose load failed, by sha256: not tried again while their content is the
+  // same and, for a failure of its registrations, while the other bundles it could
+  // have clashed with are the same (Note [Choosing a version]).
+  struct Unloadable {
+    QString reason;
+    std::optional<QString> others;  // othersLoaded() when it failed; none: its content alone failed
+  };
+  std::map<QString, Unloadable> unloadable_;
+  QString othersLoaded(const BundleMetadata& m) const;
   QueryHandler query_handler_;
 };
 

@@ -649,6 +649,20 @@ int runPluginsCommand(const QStringList& args) {
       if (std::find(known.begin(), known.end(), name) == known.end()) {
         err << "warning: no host on " << q(store.path()) << " has seen a bundle named " << pos[0]
             << "; the change is kept and applies when one arrives" << q(didYouMean(name, known)) << "\n";
+      } else if (action == "pin") {
+        // Note [Choosing a version] in plugin_host.h: until the version arrives, the pin decides nothing.
+        std::set<QString> seen;
+        for (const auto& b : store.bundles()) {
+          if (b.name == name && b.state != "removed") seen.insert(q(b.version));
+        }
+        if (seen.count(pos[1]) == 0) {
+          err << "warning: no host on " << q(store.path()) << " has " << pos[0] << " " << pos[1]
+              << " in its plugin directory ("
+              << (seen.empty() ? QString("none of its versions is there now")
+                               : "there: " + QStringList(seen.begin(), seen.end()).join(", "))
+              << "); the pin is kept and takes effect when that version arrives; until then hosts run the "
+                 "highest version that loads\n";
+        }
       }
     }
     int64_t change = 0;

@@ -917,6 +917,16 @@ TEST(ServeEndToEnd, BundleChangesWithWaitReturnOnceTheHostApplied) {
   EXPECT_THAT(r.out, HasSubstr("pin muladd 1.0.0: recorded (change "));
   EXPECT_THAT(r.out, HasSubstr("; applied by every live host\n"));
   EXPECT_THAT(run("plugins list" + host + opts).out, HasSubstr("muladd           1.0.0    loaded"));
+  EXPECT_THAT(r.out, Not(HasSubstr("warning")));
+  // A version no host has: kept, with what it means until that version arrives.
+  r = run("plugins pin muladd 2.0.0 --wait 10" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("warning: no host on " + db + " has muladd 2.0.0 in its plugin directory (there: "
+                               "1.0.0, 1.1.0); the pin is kept and takes effect when that version arrives; until "
+                               "then hosts run the highest version that loads"));
+  r = run("plugins list" + host + opts);
+  EXPECT_THAT(r.out, HasSubstr("muladd           1.1.0    loaded"));
+  EXPECT_THAT(r.out, HasSubstr("pinned to 2.0.0, which is not in the plugin directory; muladd@1.1.0 runs instead"));
   r = run("plugins disable mylib --reason 'not needed here' --wait" + opts);
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("applied by every live host"));

@@ -559,6 +559,79 @@ TEST(PluginHost, LoadsTheHighestVersionUnlessPinned) {
   EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
 }
 
+// Note [Choosing a version]: a new version that fails to load gives way to the one
+// that ran before (and its dependents come back with it), is not tried again on the
+// next rescan, and a pin to a version that is not there leaves the highest running.
+TEST(PluginHost, AVersionThatFailsToLoadGivesWayToTheNextAndIsNotRetried) {
+  Env env;
+  env.add(plugin("muladd_1_1_0"));
+  env.add(plugin("flop_counter"));  // implements extension_cpp
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  ASSERT_EQ(host.loaded().at("muladd").version, "1.1.0");
+  ASSERT_EQ(host.loaded().count("flop_counter"), 1u);
+  const Tensor a = ops::ones({3});
+  env.add(testBundle("muladd_1_2_0_broken"));
+  const QStringList what = host.sync();
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0") << what.join("\n").toStdString();
+  EXPECT_EQ(host.loaded().count("flop_counter"), 1u);
+  EXPECT_TRUE(ops::allclose(mymuladd(a, a, 2.0), ops::full({3}, 3.0)));
+  EXPECT_EQ(env.row("libmuladd_1_2_0_broken.so").state, "rejected");
+  EXPECT_THAT(env.row("libmuladd_1_2_0_broken.so").reason, HasSubstr("muladd 1.2.0 is broken"));
+  EXPECT_EQ(env.row("libmuladd_1_1_0.so").state, "loaded");
+  EXPECT_EQ(env.row("libflop_counter.so").state, "loaded");
+  EXPECT_THAT(what.join("\n").toStdString(), HasSubstr("loaded muladd@1.1.0"));
+  // The next rescan (what an admin's change or a new file brings) neither retries
+  // 1.2.0 nor reloads 1.1.0.
+  const uint64_t seq = host.loaded().at("muladd").seq;
+  EXPECT_TRUE(host.sync().isEmpty());
+  EXPECT_EQ(host.loaded().at("muladd").seq, seq);
+  EXPECT_EQ(env.row("libmuladd_1_2_0_broken.so").state, "rejected");
+  // An older version beside it is superseded by the one that runs, not by 1.2.0.
+  env.add(plugin("muladd_1_0_0"));
+  host.sync();
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
+  EXPECT_EQ(env.row("libmuladd_1_0_0.so").state, "superseded");
+  EXPECT_THAT(env.row("libmuladd_1_0_0.so").reason, HasSubstr("superseded by muladd@1.1.0"));
+  // A pin to a version that is not there: the highest that loads runs, and says so.
+  env.store->pin("muladd", "2.0.0", "ann");
+  host.sync();
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
+  EXPECT_THAT(env.row("libmuladd_1_1_0.so").reason,
+              HasSubstr("pinned to 2.0.0, which is not in the plugin directory; muladd@1.1.0 runs instead"));
+  EXPECT_THAT(env.row("libmuladd_1_0_0.so").reason, HasSubstr("pinned to 2.0.0, which is not in the plugin directory"));
+  // A pin to the version that cannot load: the same.
+  env.store->pin("muladd", "1.2.0", "ann");
+  host.sync();
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
+  EXPECT_THAT(env.row("libmuladd_1_1_0.so").reason, HasSubstr("pinned to 1.2.0, which cannot load"));
+  // A pin to a version that loads decides; unpinned, the highest that loads is back.
+  env.store->pin("muladd", "1.0.0", "ann");
+  host.sync();
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.0.0");
+  EXPECT_EQ(env.row("libmuladd_1_0_0.so").reason, "");
+  EXPECT_THAT(env.row("libmuladd_1_1_0.so").reason, HasSubstr("not the pinned version (1.0.0)"));
+  env.store->unpin("muladd", "ann");
+  host.sync();
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
+  EXPECT_EQ(env.row("libmuladd_1_1_0.so").reason, "");
+  EXPECT_EQ(env.row("libmuladd_1_2_0_broken.so").state, "rejected");
+}
+
+// A host that starts with a broken newest version loads the next one in its first pass.
+TEST(PluginHost, AHostStartingBesideABrokenNewestVersionLoadsTheNext) {
+  Env env;
+  env.add(plugin("muladd_1_1_0"));
+  env.add(testBundle("muladd_1_2_0_broken"));
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  ASSERT_EQ(host.loaded().count("muladd"), 1u);
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
+  EXPECT_EQ(env.row("libmuladd_1_1_0.so").state, "loaded");
+  EXPECT_THAT(env.row("libmuladd_1_2_0_broken.so").reason, HasSubstr("muladd 1.2.0 is broken"));
+  EXPECT_TRUE(ops::allclose(mymuladd(ops::ones({3}), ops::ones({3}), 2.0), ops::full({3}, 3.0)));
+}
+
 // A disabled bundle's row says why, in the admin's words, to every host's view.
 TEST(PluginHost, ADisabledBundleShowsTheReasonTheAdminGave) {
   Env env;
