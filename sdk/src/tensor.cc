@@ -489,27 +489,89 @@ std::vector<int64_t> inferSize(IntArrayRef sizes, int64_t numel) {
 }
 }  // namespace
 
+namespace {
+bool anySymbolic(IntArrayRef v) {
+  return std::any_of(v.begin(), v.end(), [](int64_t x) { return sym::isSymbolic(x); });
+}
+
+// The strides that show a tensor of sizes `old_sizes` and strides `old_strides` as
+// `shape` without moving an element, or nullopt when there are none: ATen's
+// computeStride. Each run of old dims that is contiguous within itself (a "chunk")
+// must be split or merged by the new dims on its own; dims of size 1 go anywhere.
+// A tensor of symbolic sizes is viewable only when it is contiguous.
+std::optional<std::vector<int64_t>> viewStrides(IntArrayRef old_sizes, IntArrayRef old_strides, bool contiguous,
+                                                const std::vector<int64_t>& shape) {
+  const auto n_new = static_cast<int64_t>(shape.size());
+  if (old_sizes.empty()) return std::vector<int64_t>(shape.size(), 1);
+  if (anySymbolic(old_sizes) || anySymbolic(old_strides) || anySymbolic(shape)) {
+    if (!contiguous) return std::nullopt;
+    return contiguousStrides(shape);
+  }
+  int64_t numel = 1;
+  for (int64_t s : old_sizes) numel *= s;
+  std::vector<int64_t> out(shape.size());
+  if (numel == 0) {
+    if (std::equal(old_sizes.begin(), old_sizes.end(), shape.begin(), shape.end())) {
+      return std::vector<int64_t>(old_strides.begin(), old_strides.end());
+    }
+    for (int64_t d = n_new - 1; d >= 0; --d) {
+      out[d] = d == n_new - 1 ? 1 : std::max<int64_t>(shape[d + 1], 1) * out[d + 1];
+    }
+    return out;
+  }
+  int64_t view_d = n_new - 1;
+  int64_t chunk_base_stride = old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (auto tensor_d = static_cast<int64_t>(old_sizes.size()) - 1; tensor_d >= 0; --tensor_d) {
+    tensor_numel *= old_sizes[tensor_d];
+    // The chunk ends here: the dim before is not laid out right after this run.
+    if (tensor_d == 0 ||
+        (old_sizes[tensor_d - 1] != 1 && old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+        out[view_d] = view_numel * chunk_base_stride;
+        view_numel *= shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (tensor_d > 0) {
+        chunk_base_stride = old_strides[tensor_d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+}  // namespace
+
 Tensor Tensor::view(IntArrayRef sizes) const {
   if (viaOps()) return ops::view(*this, {sizes.begin(), sizes.end()});
   std::vector<int64_t> shape = inferSize(sizes, numel());
-  STRATA_CHECK(is_contiguous(), Value, "view size ", detail::shapeStr(shape),
-               " is not compatible with a non-contiguous tensor of sizes ", detail::shapeStr(this->sizes()),
-               " and strides ", detail::shapeStr(strides()), "; use reshape() instead");
-  const std::vector<int64_t> strides = contiguousStrides(shape);
-  return as_strided(shape, strides);
+  std::optional<std::vector<int64_t>> strides = viewStrides(this->sizes(), this->strides(), is_contiguous(), shape);
+  STRATA_CHECK(strides.has_value(), Value, "view size ", detail::shapeStr(shape),
+               " is not compatible with the tensor's sizes ", detail::shapeStr(this->sizes()), " and strides ",
+               detail::shapeStr(this->strides()),
+               " (at least one dimension spans across two contiguous subspaces); use reshape() instead");
+  return as_strided(shape, *strides);
 }
 
 Tensor Tensor::reshape(IntArrayRef sizes) const {
   if (viaOps()) return ops::reshape(*this, {sizes.begin(), sizes.end()});
-  return is_contiguous() ? view(sizes) : contiguous().view(sizes);
+  std::vector<int64_t> shape = inferSize(sizes, numel());
+  if (auto strides = viewStrides(this->sizes(), this->strides(), is_contiguous(), shape)) {
+    return as_strided(shape, *strides);
+  }
+  return contiguous().view(shape);
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   if (viaOps()) return ops::transpose(*this, dim0, dim1);
   std::vector<int64_t> perm(static_cast<size_t>(dim()));
   std::iota(perm.begin(), perm.end(), 0);
+  const int64_t d0 = detail::wrapDim(dim0, dim()), d1 = detail::wrapDim(dim1, dim());  // checked for a 0-d one too
   if (dim() == 0) return *this;
-  std::swap(perm[detail::wrapDim(dim0, dim())], perm[detail::wrapDim(dim1, dim())]);
+  std::swap(perm[d0], perm[d1]);
   return permute(perm);
 }
 

@@ -100,11 +100,22 @@ STRATA_ELEMENT_LOOP void fillArange(T* p, int64_t n, double start, double step) 
 
 }  // namespace
 
-Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::optional<TensorOptions> options) {
+Tensor arange(const Scalar& start_in, const Scalar& end_in, const Scalar& step_in,
+              std::optional<TensorOptions> options) {
+  const double s_in = start_in.toDouble(), e_in = end_in.toDouble();
+  STRATA_CHECK(std::isfinite(s_in) && std::isfinite(e_in), Value, "arange(): unsupported range ", s_in, " -> ", e_in);
+  STRATA_CHECK(!options || options->dtype != ScalarType::Bool, Type, "arange(): not implemented for 'Bool'");
+  // As ATen: an integral dtype takes the bounds and step as integers (truncated), so
+  // arange(0, 2.5, 0.5, dtype=int64) has a step of 0; ATen counts them as integers
+  // for int64 and as the given doubles for the narrower integer types.
+  const bool int_dtype = options && !isFloatingType(options->dtype);  // Bool refused above
+  auto asInt = [&](const Scalar& v) { return int_dtype && v.isFloatingPoint() ? Scalar(v.toLong()) : v; };
+  const Scalar start = asInt(start_in), end = asInt(end_in), step = asInt(step_in);
   const double s = start.toDouble(), e = end.toDouble(), st = step.toDouble();
-  STRATA_CHECK(std::isfinite(s) && std::isfinite(e), Value, "arange(): unsupported range ", s, " -> ", e);
   STRATA_CHECK(st != 0, Value, "arange(): step must be nonzero");
   const bool integral = !start.isFloatingPoint() && !end.isFloatingPoint() && !step.isFloatingPoint();
+  const bool count_given = int_dtype && options->dtype != ScalarType::Long &&
+                           (start_in.isFloatingPoint() || end_in.isFloatingPoint() || step_in.isFloatingPoint());
   // Integers compare exactly: as doubles, 2^63 - 1 and 2^63 - 2 are one number.
   const bool consistent = integral ? (step.toLong() > 0 && end.toLong() >= start.toLong()) ||
                                          (step.toLong() < 0 && end.toLong() <= start.toLong())
@@ -114,7 +125,12 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
   // The count in 128 bits (integers) or checked before it becomes an int64 (floats):
   // arange(-2^63, 2^63 - 1) or a step of 1e-300 has more elements than int64 counts.
   int64_t n = 0;
-  if (integral) {
+  if (count_given) {
+    const double count = std::ceil((e_in - s_in) / step_in.toDouble());
+    STRATA_CHECK(count < 0x1p63, Value, "arange(): the range ", s_in, " -> ", e_in, " by ", step_in.toDouble(),
+                 " holds more elements than fit in 64 bits");
+    n = static_cast<int64_t>(std::max(count, 0.0));
+  } else if (integral) {
     __extension__ const __int128 a = start.toLong(), b = end.toLong(), c = step.toLong();
     __extension__ const __int128 count = c > 0 ? (b - a + c - 1) / c : (a - b - c - 1) / -c;
     STRATA_CHECK(count <= std::numeric_limits<int64_t>::max(), Value, "arange(): the range ", s, " -> ", e,

@@ -21,13 +21,15 @@ constexpr int64_t kMaxPrintedDims = 64;
 
 struct Formatter {
   bool whole = true;  // every float value is an integer (prints "1." not "1.0000")
+  bool sci = false;   // scientific notation ("3.0000e-05"), chosen as torch's _Formatter does
   size_t width = 0;   // every value is right-aligned to the widest, as torch does
 
   std::string operator()(double v) const {
     if (std::isnan(v)) return "nan";
     if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
     char buf[64];
-    if (whole) std::snprintf(buf, sizeof buf, "%.0f.", v);
+    if (sci) std::snprintf(buf, sizeof buf, "%.4e", v);
+    else if (whole) std::snprintf(buf, sizeof buf, "%.0f.", v);
     else std::snprintf(buf, sizeof buf, "%.4f", v);
     return buf;
   }
@@ -143,10 +145,18 @@ std::string Tensor::str() const {
   if (wrapper() != nullptr && !fake) return wrapper()->str();
   std::ostringstream os;
   std::string suffix;
-  if (dtype() != ScalarType::Float && dtype() != ScalarType::Long && dtype() != ScalarType::Bool) {
+  if (!is_cpu()) suffix += ", device='" + device().str() + "'";
+  // As torch, an empty tensor with data names its shape unless it is (0,), and its
+  // dtype unless it is the default float: it has no values to tell an int64 one by.
+  const bool empty_data = numel() == 0 && !is_meta() && !fake;
+  if (empty_data && dim() != 1 && dim() <= kMaxPrintedDims) {  // past that, the size is printed below
+    suffix += ", size=(";
+    for (int64_t d = 0; d < dim(); ++d) suffix += (d ? ", " : "") + sym::str(sizes()[d]);
+    suffix += ")";
+  }
+  if (dtype() != ScalarType::Float && (empty_data || (dtype() != ScalarType::Long && dtype() != ScalarType::Bool))) {
     suffix += std::string(", dtype=") + toString(dtype());
   }
-  if (!is_cpu()) suffix = ", device='" + device().str() + "'" + suffix;
   // As torch: a result of a differentiable op names its node, a leaf says it requires grad.
   if (const std::string fn = grad_fn_name(); !fn.empty()) suffix += ", grad_fn=<" + fn + ">";
   else if (requires_grad()) suffix += ", requires_grad=True";
@@ -179,9 +189,17 @@ std::string Tensor::str() const {
   // when summarizing), not from every value: 12 M values took seconds to format.
   if (floating && host.defined()) {
     const double* values = host.data_ptr<double>();
+    double lo = INFINITY, hi = 0;  // of the finite non-zero magnitudes
     forEachPrinted(host_sizes, 0, 0, strides, false, [&](int64_t i) {
-      if (std::isfinite(values[i]) && values[i] != std::trunc(values[i])) fmt.whole = false;
+      const double v = values[i];
+      if (!std::isfinite(v) || v == 0) return;
+      if (v != std::trunc(v)) fmt.whole = false;
+      lo = std::min(lo, std::fabs(v));
+      hi = std::max(hi, std::fabs(v));
     });
+    // torch: scientific when the magnitudes span more than 1000x, or one is above 1e8,
+    // or (not all whole) one is below 1e-4; four decimals in each mode.
+    if (hi > 0) fmt.sci = hi / lo > 1000 || hi > 1e8 || (!fmt.whole && lo < 1e-4);
   }
   if (numel() > 1) {
     auto widest = [&](const auto* values) {
@@ -195,6 +213,8 @@ std::string Tensor::str() const {
   }
   os << "tensor(";
   if (numel() == 0) {
+    // As torch: the shape unless it is (0,), and the dtype unless it is the default
+    // float (an empty tensor has no values to tell an int64 one by).
     os << "[]";
   } else {
     if (floating) printDim(os, sizes, host.data_ptr<double>(), 0, 0, strides, fmt, summarize, is_bool);

@@ -45,6 +45,11 @@ TEST(CoreOps, FactoriesFollowTorch) {
   EXPECT_EQ(ops::full({2}, true).dtype(), kBool);
   EXPECT_TRUE(ops::arange(4).equal(from_vector<int64_t>({0, 1, 2, 3})));
   EXPECT_TRUE(ops::arange(1, 2, 0.5).equal(fv({1.0f, 1.5f})));
+  // An integer dtype takes the bounds and step as integers, as ATen does.
+  EXPECT_THAT(errorOf([] { ops::arange(0, 2.5, 0.5, kInt64); }), HasSubstr("step must be nonzero"));
+  EXPECT_TRUE(ops::arange(0.5, 5.5, 1.5, kInt64).equal(from_vector<int64_t>({0, 1, 2, 3, 4})));
+  EXPECT_TRUE(ops::arange(0.5, 5.5, 1.5, kInt32).equal(from_vector<int32_t>({0, 1, 2, 3})));
+  EXPECT_THAT(errorOf([] { ops::arange(2, kBool); }), HasSubstr("not implemented for 'Bool'"));
   const Tensor m = ops::empty({4, 5}, kFloat16, kMeta);
   EXPECT_TRUE(m.is_meta());
   EXPECT_EQ(m.dtype(), kFloat16);
@@ -72,10 +77,19 @@ TEST(CoreOps, ArithmeticBroadcastsAndPromotes) {
   EXPECT_EQ(ops::promoteTypes(kUInt8, kInt8), kInt32);
   EXPECT_THAT(errorOf([&] { ops::add(fv({1, 2}), fv({1, 2, 3})); }),
               HasSubstr("The size of tensor a (2) must match the size of tensor b (3) at non-singleton dimension 0"));
-  EXPECT_THAT(errorOf([] { ops::sub(ones({1}, kBool), ones({1}, kBool)); }), HasSubstr("bool tensors is not supported"));
+  // As ATen's sub_check: one bool operand is enough to refuse, whatever the result type.
+  EXPECT_THAT(errorOf([] { ops::sub(ones({1}, kBool), ones({1}, kBool)); }), HasSubstr("two bool tensors is not supported"));
+  EXPECT_THAT(errorOf([] { ops::sub(fv({1, 2}), ones({2}, kBool)); }), HasSubstr("with a bool tensor is not supported"));
+  EXPECT_THAT(errorOf([] { ops::sub(ones({2}, kBool), 1); }), HasSubstr("with a bool tensor is not supported"));
+  EXPECT_THAT(errorOf([] { ops::sub(fv({1, 2}), true); }), HasSubstr("with a bool tensor is not supported"));
+  // As ATen's alpha_check: a bool alpha only for a Bool result, an integral one for any.
   EXPECT_THAT(errorOf([&] { ops::add(i, i, 1.5); }), HasSubstr("alpha must not be a floating point"));
-  EXPECT_THAT(errorOf([] { ops::add(ones({1}, kBool), ones({1}, kBool), 2); }),
+  EXPECT_THAT(errorOf([] { ops::add(fv({1, 2}), fv({1, 2}), true); }),
               HasSubstr("boolean alpha only supported for Boolean results"));
+  EXPECT_THAT(errorOf([&] { ops::add(i, i, true); }), HasSubstr("boolean alpha only supported for Boolean results"));
+  EXPECT_TRUE(ops::add(from_vector<bool>({true, false}), ones({2}, kBool), 2).equal(ones({2}, kBool)));
+  EXPECT_TRUE(ops::add(from_vector<bool>({false, false}), ones({2}, kBool), false).equal(zeros({2}, kBool)));
+  EXPECT_THAT(errorOf([] { ops::add(ones({1}, kBool), ones({1}, kBool), 0.5); }), HasSubstr("alpha must not be a floating point"));
   EXPECT_TRUE(ops::add(ones({2}, kBool), zeros({2}, kBool)).equal(ones({2}, kBool)));  // logical or
 }
 
@@ -101,6 +115,16 @@ TEST(CoreOps, SumAllAndOverDims) {
   EXPECT_EQ(ops::sum(a, std::nullopt, false, kFloat64).dtype(), kFloat64);
   EXPECT_THAT(errorOf([&] { ops::sum(a, std::vector<int64_t>{0, 0}); }), HasSubstr("appears multiple times"));
   EXPECT_THAT(errorOf([&] { ops::sum(a, std::vector<int64_t>{2}); }), HasSubstr("out of range"));
+  // A 0-d tensor's dims are 0 and -1, the same one: both is a repeat, 1 is out of range.
+  const Tensor z = full({}, 2.0);
+  EXPECT_EQ(ops::sum(z, std::vector<int64_t>{0}).item().toDouble(), 2);
+  EXPECT_THAT(errorOf([&] { ops::sum(z, std::vector<int64_t>{0, -1}); }), HasSubstr("appears multiple times"));
+  EXPECT_THAT(errorOf([&] { ops::sum(z, std::vector<int64_t>{1}); }), HasSubstr("out of range"));
+  // As torch.sum(dtype=): the input is cast first, so 1.5 + 2.5 as int64 is 1 + 2, and
+  // 70000 - 70000 as float16 is inf - inf.
+  EXPECT_EQ(ops::sum(fv({1.5f, 2.5f}), kInt64).item().toLong(), 3);
+  EXPECT_TRUE(std::isnan(ops::sum(fv({70000.0f, -70000.0f}), kFloat16).item().toDouble()));
+  EXPECT_EQ(ops::sum(fv({0.5f, 0.25f}), std::vector<int64_t>{0}, false, kFloat64).item().toDouble(), 0.75);
 }
 
 TEST(CoreOps, MatmulCoversVectorsMatricesAndBatches) {
@@ -150,6 +174,14 @@ TEST(CoreOps, StackAndCat) {
   // An empty list carries no keys: like any op with no tensors, it needs a composite kernel.
   EXPECT_THAT(errorOf([] { ops::cat({}); }), HasSubstr("core::cat: no kernel for a call with an empty key set"));
   EXPECT_THAT(errorOf([] { ops::cat({ones({2, 2}), ones({2, 3})}); }), HasSubstr("except in dimension 0"));
+  // The legacy empty tensor (1-d, size 0) is skipped whatever the others' shapes, and
+  // still takes part in the dtype, as ATen's cat does.
+  const Tensor skipped = ops::cat({ones({2, 3}), zeros({0}, kFloat64), ones({1, 3})});
+  EXPECT_EQ(skipped.sizes()[0], 3);
+  EXPECT_EQ(skipped.sizes()[1], 3);
+  EXPECT_EQ(skipped.dtype(), kFloat64);
+  EXPECT_EQ(ops::cat({zeros({0}), zeros({0})}).numel(), 0);
+  EXPECT_THAT(errorOf([] { ops::cat({ones({2}), full({}, 1.0)}); }), HasSubstr("zero-dimensional tensor (at position 1)"));
 }
 
 TEST(CoreOps, CopiesAndCasts) {
@@ -172,6 +204,10 @@ TEST(CoreOps, Allclose) {
   EXPECT_FALSE(ops::allclose(fv({nan}), fv({nan})));
   EXPECT_TRUE(ops::allclose(fv({nan}), fv({nan}), 1e-5, 1e-8, true));
   EXPECT_THAT(errorOf([] { ops::allclose(empty({1}, kMeta), empty({1}, kMeta)); }), HasSubstr("meta tensors have none"));
+  // As torch.isclose: one dtype, tolerances not negative.
+  EXPECT_THAT(errorOf([] { ops::allclose(from_vector<int64_t>({1}), fv({1})); }), HasSubstr("int64 did not match float32"));
+  EXPECT_THAT(errorOf([] { ops::allclose(fv({1}), fv({1}), -1.0); }), HasSubstr("rtol must be greater than or equal to zero"));
+  EXPECT_THAT(errorOf([] { ops::allclose(fv({1}), fv({1}), 1e-5, -1.0); }), HasSubstr("atol must be greater than or equal to zero"));
 }
 
 TEST(CoreOps, MetaKernelsGiveShapesAndDtypesWithoutData) {

@@ -250,8 +250,11 @@ TEST(CliCallTest, RunsOpsOnLiteralArguments) {
   EXPECT_EQ(r.out, "tensor([[3],\n        [7]])\n");
   r = run("call core::zeros '[2,3]' device=meta");
   EXPECT_THAT(r.out, HasSubstr("device='meta'"));
-  r = run("call core::allclose 'randn(4)' 'randn(4):f64' --seed 3");
+  r = run("call core::allclose 'randn(4)' 'randn(4)' --seed 3");  // two draws
   EXPECT_EQ(r.out, "False\n");
+  r = run("call core::allclose 'randn(4)' 'randn(4):f64' --seed 3");  // as torch.allclose: one dtype
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "error: core::allclose: float32 did not match float64\n");
   r = run("call core::neg '[true,2]'");  // bools are 0 and 1 among ints, as in torch.tensor
   EXPECT_EQ(r.out, "tensor([-1, -2])\n");
   r = run("call core::neg '[9007199254740993]'");  // 2^53 + 1: int64 literals do not pass through double

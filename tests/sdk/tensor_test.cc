@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include <thread>
@@ -118,6 +119,50 @@ TEST(TensorTest, ViewsShareStorage) {
   EXPECT_EQ(u.stride(1), 3);
   EXPECT_ERROR(a.transpose(0, 1).view({6}), Value, "use reshape() instead");
   EXPECT_THAT(a.transpose(0, 1).reshape({6}).to_vector<float>(), ElementsAre(0, 7, 1, 7, 2, 7));
+  // A 0-d tensor's dims are 0 and -1, as in torch: its transpose checks them too.
+  EXPECT_EQ(full({}, 1.0).transpose(0, -1).dim(), 0);
+  EXPECT_ERROR(full({}, 1.0).transpose(3, 5), Index, "dimension out of range (expected to be in range of [-1, 0], but got 3)");
+}
+
+// view() and reshape() as ATen's: a non-contiguous tensor is viewable when each run
+// of dims laid out contiguously is split or merged on its own (computeStride); the
+// strides below are what PyTorch gives for the same calls.
+TEST(TensorTest, ViewSplitsAndMergesContiguousRunsOfANonContiguousTensor) {
+  auto sizes = [](const Tensor& t) { return std::vector<int64_t>(t.sizes().begin(), t.sizes().end()); };
+  auto strides = [](const Tensor& t) { return std::vector<int64_t>(t.strides().begin(), t.strides().end()); };
+  const Tensor a = arange(6, kFloat32).view({2, 3});
+  const Tensor t = a.transpose(0, 1);  // sizes [3, 2], strides [1, 3]
+  const Tensor v = t.view({3, 2});
+  EXPECT_TRUE(v.is_alias_of(a));
+  EXPECT_THAT(strides(v), ElementsAre(1, 3));
+  const Tensor ones_added = t.view({3, 1, 2, 1});
+  EXPECT_THAT(strides(ones_added), ElementsAre(1, 6, 3, 3));
+  // A narrowed matrix: each row is a contiguous run of 3; the rows split into [2, 2].
+  const Tensor n = arange(24, kFloat32).view({4, 6}).slice(1, 0, 3);
+  const Tensor nv = n.view({2, 2, 3});
+  EXPECT_THAT(strides(nv), ElementsAre(12, 6, 1));
+  EXPECT_THAT(nv.contiguous().to_vector<float>(), ElementsAre(0, 1, 2, 6, 7, 8, 12, 13, 14, 18, 19, 20));
+  EXPECT_ERROR(n.view({12}), Value, "is not compatible with the tensor's sizes [4, 3] and strides [6, 1]");
+  // An expanded tensor: the stride-0 dim splits into stride-0 dims.
+  const Tensor e = ones({3, 1}).as_strided({3, 4}, {1, 0});
+  const Tensor ev = e.view({3, 2, 2});
+  EXPECT_THAT(strides(ev), ElementsAre(1, 0, 0));
+  EXPECT_ERROR(e.view({12}), Value, "use reshape() instead");
+  // Merging across the transpose is what no view can do.
+  EXPECT_ERROR(t.view({6}), Value, "spans across two contiguous subspaces");
+  // reshape is that view when there is one, else a copy.
+  EXPECT_TRUE(t.reshape({3, 2}).is_alias_of(a));
+  EXPECT_TRUE(n.reshape({2, 2, 3}).is_alias_of(n));
+  EXPECT_TRUE(e.reshape({3, 2, 2}).is_alias_of(e));
+  const Tensor flat = t.reshape({6});
+  EXPECT_FALSE(flat.is_alias_of(a));
+  EXPECT_THAT(flat.to_vector<float>(), ElementsAre(0, 3, 1, 4, 2, 5));
+  EXPECT_THAT(sizes(t.reshape({-1, 1})), ElementsAre(6, 1));
+  // Empty tensors and 0-dim ones.
+  const Tensor z = empty({0, 3}).transpose(0, 1);
+  EXPECT_THAT(strides(z.view({3, 0})), ElementsAre(1, 3));
+  EXPECT_THAT(strides(z.view({0, 3, 1})), ElementsAre(3, 1, 1));
+  EXPECT_THAT(sizes(full({}, 2.0).view({1, 1})), ElementsAre(1, 1));
 }
 
 TEST(TensorTest, CopyConvertsDtypesAndHonoursStrides) {
@@ -204,6 +249,18 @@ TEST(TensorTest, PrintsLikeTorch) {
   // Matrices of a 3-d tensor are separated by a blank line, as torch prints them.
   EXPECT_EQ(arange(8, kFloat32).view({2, 2, 2}).str(),
             "tensor([[[0., 1.],\n         [2., 3.]],\n\n        [[4., 5.],\n         [6., 7.]]])");
+  // Scientific notation when torch's _Formatter picks it: magnitudes more than 1000x
+  // apart, one above 1e8, or a fraction below 1e-4. Zeros and non-finite values do not count.
+  EXPECT_EQ(from_vector<float>({3e-5f}).str(), "tensor([3.0000e-05])");
+  EXPECT_EQ(from_vector<float>({1e20f, 0}).str(), "tensor([1.0000e+20, 0.0000e+00])");
+  EXPECT_EQ(from_vector<float>({1, 1e4f}).str(), "tensor([1.0000e+00, 1.0000e+04])");
+  EXPECT_EQ(from_vector<float>({1, 1000, 0, NAN}).str(), "tensor([   1., 1000.,    0.,   nan])");
+  EXPECT_EQ(from_vector<float>({0.5f, 1e-3f}).str(), "tensor([0.5000, 0.0010])");
+  // An empty tensor names its shape unless it is (0,), and its dtype unless float32.
+  EXPECT_EQ(empty({0}).str(), "tensor([])");
+  EXPECT_EQ(empty({2, 0}).str(), "tensor([], size=(2, 0))");
+  EXPECT_EQ(empty({0}, kInt64).str(), "tensor([], dtype=int64)");
+  EXPECT_EQ(empty({0, 3}, kFloat64).str(), "tensor([], size=(0, 3), dtype=float64)");
 }
 
 // Above 1,000 elements torch shows three values at each edge of each dim.
@@ -249,9 +306,12 @@ TEST(TensorTest, SummarizedPrintingReadsOnlyTheEdges) {
             "        [  47,   97,  147,  ..., 1897, 1947, 1997],\n"
             "        [  48,   98,  148,  ..., 1898, 1948, 1998],\n"
             "        [  49,   99,  149,  ..., 1899, 1949, 1999]])");
-  // Every other element of a float range: decimals come from the edges only.
+  // Every other element of a float range: the format comes from the edges only (1 to
+  // 3999 span more than 1000x, so torch prints them in scientific notation).
   EXPECT_EQ(arange(0, 4000, 1, TensorOptions(kFloat64)).slice(0, 1, 4000, 2).str(),
-            "tensor([   1.,    3.,    5.,  ..., 3995., 3997., 3999.], dtype=float64)");
+            "tensor([1.0000e+00, 3.0000e+00, 5.0000e+00,  ..., 3.9950e+03, 3.9970e+03, 3.9990e+03], dtype=float64)");
+  EXPECT_EQ(arange(0, 4000, 1, TensorOptions(kFloat64)).slice(0, 1001, 4000, 2).str(),
+            "tensor([1001., 1003., 1005.,  ..., 3995., 3997., 3999.], dtype=float64)");
   // Showing more than 2^22 values prints the size only (9 dims of 7, expanded).
   const Tensor wide = ones({1}).as_strided(std::vector<int64_t>(9, 7), std::vector<int64_t>(9, 0));
   EXPECT_EQ(wide.str(), "tensor(..., size=(7, 7, 7, 7, 7, 7, 7, 7, 7))");

@@ -331,8 +331,10 @@ class STRATA_API Tensor {
     return as_strided(IntArrayRef(sizes.begin(), sizes.size()), IntArrayRef(strides.begin(), strides.size()),
                       storage_offset);
   }
-  // sizes may hold one -1 to infer. Needs a contiguous tensor (Error(Value) else:
-  // use reshape).
+  // sizes may hold one -1 to infer. As torch.Tensor.view: the new shape must split
+  // or merge only dims laid out contiguously with each other (any contiguous tensor
+  // qualifies; t() of a matrix viewed as its own transposed shape does too);
+  // Error(Value) else: use reshape.
   Tensor view(IntArrayRef sizes) const;
   Tensor view(std::initializer_list<int64_t> sizes) const { return view(IntArrayRef(sizes.begin(), sizes.size())); }
   // A view when possible, otherwise a contiguous copy.

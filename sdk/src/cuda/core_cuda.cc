@@ -133,13 +133,13 @@ Tensor add_scalar(const Tensor& a, const Scalar& b, const Scalar& alpha) {
   return binary(BinaryOp::Add, "core::add", a, scalarOn(b, dt, a), dt, alphaOf("core::add", dt, alpha));
 }
 Tensor sub_tensor(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  detail::checkSubOperands(a.dtype() == ScalarType::Bool, b.dtype() == ScalarType::Bool);
   const ScalarType dt = ops::resultType(a, b);
-  detail::checkSubNotBool(dt);
   return binary(BinaryOp::Sub, "core::sub", a, b, dt, alphaOf("core::sub", dt, alpha));
 }
 Tensor sub_scalar(const Tensor& a, const Scalar& b, const Scalar& alpha) {
+  detail::checkSubOperands(a.dtype() == ScalarType::Bool, b.isBoolean());
   const ScalarType dt = ops::resultType(a, b);
-  detail::checkSubNotBool(dt);
   return binary(BinaryOp::Sub, "core::sub", a, scalarOn(b, dt, a), dt, alphaOf("core::sub", dt, alpha));
 }
 Tensor mul_tensor(const Tensor& a, const Tensor& b) {

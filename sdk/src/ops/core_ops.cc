@@ -171,7 +171,6 @@ T applyAlpha(T b, const Scalar& alpha) {
 Tensor addImpl(const Tensor& a, const Tensor& b, const Scalar& alpha, ScalarType dtype, bool compute, bool negate) {
   const char* name = negate ? "core::sub" : "core::add";
   detail::checkAlpha(name, dtype, alpha);
-  if (negate) detail::checkSubNotBool(dtype);
   return binaryKernel(name, a, b, dtype, compute, [&](auto x, auto y) {
     using T = decltype(x);
     const T scaled = applyAlpha(y, alpha);
@@ -191,10 +190,12 @@ Tensor add_scalar(const Tensor& a, const Scalar& b, const Scalar& alpha) {
 }
 template <bool kCompute>
 Tensor sub_tensor(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  detail::checkSubOperands(a.dtype() == ScalarType::Bool, b.dtype() == ScalarType::Bool);
   return addImpl(a, b, alpha, ops::resultType(a, b), kCompute, true);
 }
 template <bool kCompute>
 Tensor sub_scalar(const Tensor& a, const Scalar& b, const Scalar& alpha) {
+  detail::checkSubOperands(a.dtype() == ScalarType::Bool, b.isBoolean());
   const ScalarType dt = ops::resultType(a, b);
   return addImpl(a, scalarTensor(b, dt, a.device()), alpha, dt, kCompute, true);
 }
@@ -266,13 +267,13 @@ ScalarType sumType(ScalarType t, std::optional<ScalarType> dtype) {
 template <bool kCompute>
 Tensor sum_dim(const Tensor& a, std::optional<std::vector<int64_t>> dim, bool keepdim, std::optional<ScalarType> dtype) {
   const int64_t nd = a.dim();
-  std::vector<bool> reduced(static_cast<size_t>(nd), false);
+  // One more than needed for a 0-d tensor, whose dims 0 and -1 are the same one.
+  std::vector<bool> reduced(static_cast<size_t>(std::max<int64_t>(nd, 1)), false);
   if (!dim || dim->empty()) {
     std::fill(reduced.begin(), reduced.end(), true);
   } else {
     for (int64_t d : *dim) {
       const int64_t w = wrapDim(d, nd);
-      if (nd == 0) continue;
       STRATA_CHECK(!reduced[static_cast<size_t>(w)], Value, "core::sum: dim ", w, " appears multiple times in the list of dims");
       reduced[static_cast<size_t>(w)] = true;
     }
@@ -301,9 +302,11 @@ Tensor sum_dim(const Tensor& a, std::optional<std::vector<int64_t>> dim, bool ke
       inner *= a.sizes()[d];
     }
   }
-  const bool floating = isFloatingType(out_dtype) || isFloatingType(a.dtype());
+  // As torch.sum: with a dtype, the input is cast to it before the sum.
+  const Tensor in = dtype && *dtype != a.dtype() ? a.to(*dtype) : a;
+  const bool floating = isFloatingType(out_dtype) || isFloatingType(in.dtype());
   const ScalarType acc = floating ? ScalarType::Double : ScalarType::Long;
-  const Tensor x = contiguousAs(nd == 0 ? a : a.permute(perm), acc);
+  const Tensor x = contiguousAs(nd == 0 ? in : in.permute(perm), acc);
   Tensor result = empty({outer}, like(a, acc));
   dispatchAcc(acc, [&]<typename scalar_t>() {
     const scalar_t* p = x.data_ptr<scalar_t>();
@@ -498,17 +501,28 @@ Tensor reshape_kernel(const Tensor& a, const std::vector<int64_t>& shape) { retu
 Tensor view_kernel(const Tensor& a, const std::vector<int64_t>& size) { return a.view(size); }
 Tensor contiguous_kernel(const Tensor& a) { return a.contiguous(); }
 
+// As ATen's cat, a 1-d tensor of size 0 (the legacy "empty" tensor) is left out of
+// the shape checks and the result, whatever the others' shapes; it still takes part
+// in the result's dtype.
+bool legacyEmpty(const Tensor& t) { return t.dim() == 1 && t.sizes()[0] == 0; }
+
 Tensor cat_kernel(const std::vector<Tensor>& ts, int64_t dim) {
   STRATA_CHECK(!ts.empty(), Value, "core::cat: expected a non-empty list of Tensors");
-  const Tensor& first = ts.front();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    STRATA_CHECK(ts[i].dim() > 0, Value, "core::cat: zero-dimensional tensor (at position ", i,
+                 ") cannot be concatenated");
+  }
+  auto ref = std::find_if(ts.begin(), ts.end(), [](const Tensor& t) { return !legacyEmpty(t); });
+  const Tensor& first = ref != ts.end() ? *ref : ts.front();
   const int64_t nd = first.dim();
-  STRATA_CHECK(nd > 0, Value, "core::cat: zero-dimensional tensor (at position 0) cannot be concatenated");
   const int64_t d = wrapDim(dim, nd);
   ScalarType dt = first.dtype();
   int64_t total = 0;
   for (size_t i = 0; i < ts.size(); ++i) {
     const Tensor& t = ts[i];
     checkSameDevice("core::cat", first, t);
+    dt = ops::promoteTypes(dt, t.dtype());
+    if (legacyEmpty(t) && &t != &first) continue;
     STRATA_CHECK(t.dim() == nd, Value, "core::cat: tensors must have same number of dimensions: got ", nd, " and ",
                  t.dim(), " (tensor number ", i, ")");
     for (int64_t j = 0; j < nd; ++j) {
@@ -518,7 +532,6 @@ Tensor cat_kernel(const std::vector<Tensor>& ts, int64_t dim) {
                    sym::str(want), " but got size ", sym::str(got), " for tensor number ", i, " in the list.");
     }
     total = sym::add(total, t.sizes()[d]);  // Note [Symbolic sizes]: u0 + u1
-    dt = ops::promoteTypes(dt, t.dtype());
   }
   std::vector<int64_t> shape(first.sizes().begin(), first.sizes().end());
   shape[static_cast<size_t>(d)] = total;
@@ -526,6 +539,7 @@ Tensor cat_kernel(const std::vector<Tensor>& ts, int64_t dim) {
   if (out.is_meta()) return out;
   int64_t offset = 0;
   for (const Tensor& t : ts) {
+    if (legacyEmpty(t) && &t != &first) continue;
     const int64_t n = t.sizes()[d];
     if (n > 0) out.slice(d, offset, offset + n).copy_(t);
     offset += n;
@@ -567,6 +581,11 @@ Tensor empty_like_kernel(const Tensor& a, std::optional<ScalarType> dtype, std::
 
 bool allclose_cpu(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
   checkSameDevice("core::allclose", a, b);
+  // As torch.isclose: the same dtype, and tolerances that are not negative.
+  STRATA_CHECK(a.dtype() == b.dtype(), Type, "core::allclose: ", toString(a.dtype()), " did not match ",
+               toString(b.dtype()));
+  STRATA_CHECK(rtol >= 0, Value, "core::allclose: rtol must be greater than or equal to zero, but got ", rtol);
+  STRATA_CHECK(atol >= 0, Value, "core::allclose: atol must be greater than or equal to zero, but got ", atol);
   const std::vector<int64_t> shape = ops::broadcastShapes(a.sizes(), b.sizes());
   const Tensor ca = contiguousAs(detail::broadcastTo(a, shape), ScalarType::Double);
   const Tensor cb = contiguousAs(detail::broadcastTo(b, shape), ScalarType::Double);
