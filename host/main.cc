@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
            "another\n";
     return strata::host::kExitUsage;
   }
-  if (args.size() < 2 || args[1] == "--help" || args[1] == "-h" || args[1] == "help") {
+  if (args.size() < 2 || args[1] == "--help" || args[1] == "--help-all" || args[1] == "-h" || args[1] == "help") {
     printUsage(args.size() < 2 ? err : out);
     return args.size() < 2 ? strata::host::kExitUsage : strata::host::kExitOk;
   }

@@ -20,6 +20,9 @@
 #include <map>
 #include <mutex>
 
+#include <cerrno>
+#include <climits>
+#include <csignal>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -56,12 +59,36 @@ bool isSemanticVersion(const QString& s) {
 
 namespace {
 
+// Removes the bundle caches of this user's processes that died without removing
+// theirs (killed, or gone on SIGPIPE): each cache names its process, so one whose
+// process is gone is found. A name without a live pid of ours is left alone (another
+// user's, or a pid reused since: it goes the next time).
+void reapStaleBundleCaches(const QString& tmp) {
+  static const QRegularExpression name("^strata-bundles-([0-9]+)-[A-Za-z0-9]{6}$");
+  const QFileInfoList entries = QDir(tmp).entryInfoList({"strata-bundles-*"}, QDir::Dirs | QDir::NoDotAndDotDot);
+  for (const QFileInfo& fi : entries) {
+    const QRegularExpressionMatch m = name.match(fi.fileName());
+    if (!m.hasMatch() || fi.isSymLink() || fi.ownerId() != ::getuid()) continue;
+    bool ok = false;
+    const qint64 pid = m.captured(1).toLongLong(&ok);
+    if (!ok || pid <= 0 || pid > INT32_MAX || pid == QCoreApplication::applicationPid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to ask)
+    QDir(fi.absoluteFilePath()).removeRecursively();
+  }
+}
+
 // The private copies of this process's bundles (Note [The load transaction], step
 // 2), shared by its hosts so one file is mapped once. Removed when the process
-// exits: the libraries stay mapped, and Linux keeps an unlinked file's pages.
+// exits: the libraries stay mapped, and Linux keeps an unlinked file's pages. Named
+// by the process, so that a later process removes it if this one is killed.
 const QTemporaryDir& bundleCache() {
-  static const QTemporaryDir cache(QStandardPaths::writableLocation(QStandardPaths::TempLocation) +
-                                   "/strata-bundles-XXXXXX");
+  static const QString tmp = [] {
+    const QString t = QStandardPaths::writableLocation(QStandardPaths::TempLocation);
+    reapStaleBundleCaches(t);
+    return t;
+  }();
+  static const QTemporaryDir cache(tmp + "/strata-bundles-" + QString::number(QCoreApplication::applicationPid()) +
+                                   "-XXXXXX");
   return cache;
 }
 

@@ -328,10 +328,17 @@ int runServeCommand(const QStringList& args) {
                     "record|enforce"});
   QTextStream out(stdout);
   QTextStream err(stderr);
-  // --check alone means --check=record (QCommandLineParser options take a value or none).
+  // --check alone means --check=record (QCommandLineParser options take a value or none);
+  // "--check enforce", as the help reads, is --check=enforce.
   QStringList argv = args;
-  for (QString& a : argv) {
-    if (a == "--check") a = "--check=record";
+  for (qsizetype i = 0; i < argv.size(); ++i) {
+    if (argv[i] != "--check") continue;
+    if (i + 1 < argv.size() && (argv[i + 1] == "record" || argv[i + 1] == "enforce")) {
+      argv[i] = "--check=" + argv[i + 1];
+      argv.removeAt(i + 1);
+    } else {
+      argv[i] = "--check=record";
+    }
   }
   if (int rc = parseOrExit(parser, argv); rc >= 0) return rc;
   if (!parser.positionalArguments().isEmpty()) {

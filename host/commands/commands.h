@@ -91,7 +91,7 @@ inline int parseOrExit(QCommandLineParser& parser, const QStringList& args) {
     QTextStream(stderr) << args.first() << ": " << parser.errorText() << "\n" << helpText(parser, args.first());
     return kExitUsage;
   }
-  if (parser.isSet("help")) {
+  if (parser.isSet("help") || parser.isSet("help-all")) {  // addHelpOption() lists both
     QTextStream(stdout) << helpText(parser, args.first());
     return kExitOk;
   }

@@ -149,6 +149,48 @@ TEST(CliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(h.status, 0);
   EXPECT_THAT(h.out, HasSubstr("--json"));
   EXPECT_THAT(h.out, StartsWith("Usage: strata schema [options] [SCHEMA...]"));
+  // --help-all, which every command's help lists, is help too: the command does not run.
+  char tmpl[] = "/tmp/strata-helpall-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  EXPECT_EQ(run("--help-all").status, 0);
+  const Result all = run("kernel disable core::add.Tensor cpu --help-all --db " + dir + "/s.db");
+  EXPECT_EQ(all.status, 0);
+  EXPECT_THAT(all.out, StartsWith("Usage: strata kernel [options] disable|enable OP DEVICE_OR_KEY"));
+  EXPECT_THAT(all.out, Not(HasSubstr("disabled core::add.Tensor")));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/s.db"));
+  std::filesystem::remove_all(dir);
+}
+
+// A process that loads bundles copies them to a cache named by its pid; one killed
+// leaves its cache behind, and the next process removes it (and only it).
+TEST(CliTest, ABundleCacheLeftByADeadProcessIsRemovedByTheNext) {
+  char tmpl[] = "/tmp/strata-reap-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string tmp = dir + "/tmp", plugins = dir + "/plugins";
+  std::filesystem::create_directories(tmp);
+  std::filesystem::create_directories(plugins);
+  std::filesystem::copy_file(STRATA_PLUGIN_BUILD_DIR "/libmylib.so", plugins + "/libmylib.so");
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  const std::string stale = tmp + "/strata-bundles-" + std::to_string(dead) + "-AbC123";
+  const std::string live = tmp + "/strata-bundles-" + std::to_string(::getpid()) + "-AbC123";
+  const std::string unnamed = tmp + "/strata-bundles-AbC123";  // no pid: not ours to judge
+  for (const auto& d : {stale, live, unnamed}) {
+    std::filesystem::create_directories(d);
+    std::ofstream(d + "/copy.so") << "bytes";
+  }
+  const Result r = run("plugins list --plugins " + plugins + " --db " + dir + "/s.db", "", "TMPDIR=" + tmp);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("mylib"));
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_TRUE(std::filesystem::exists(live + "/copy.so"));
+  EXPECT_TRUE(std::filesystem::exists(unnamed + "/copy.so"));
+  size_t left = 0;
+  for (const auto& e : std::filesystem::directory_iterator(tmp)) left += e.is_directory();
+  EXPECT_EQ(left, 2u);  // the command's own cache went with it
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CliTest, DemoRuns) {
