@@ -520,6 +520,11 @@ QStringList PluginHost::rescan() {
   std::vector<BundleFile> files;
   std::set<QString> seen_sha;  // of the files that passed
   QDir dir(dir_);
+  if (const QFileInfo di(dir_); di.isDir() && (!di.isReadable() || !di.isExecutable())) {
+    // Listing it would give nothing, and "no bundles" would be a wrong answer.
+    throw std::runtime_error("the plugin directory " + dir_.toStdString() +
+                             " cannot be read by this user (its permissions)");
+  }
   const QFileInfoList entries = dir.entryInfoList(QDir::Files | QDir::Readable, QDir::Name);
   const QString dir_insecure = entries.isEmpty() ? QString() : insecurityOfDirectory(dir_);
   std::set<std::string> trusted;
@@ -1016,6 +1021,10 @@ void PluginHost::serve(const db::HostRow& me_in, int poll_ms) {
                              " does not exist (create it first, or name another with --plugins)");
   }
   if (!dir_info.isDir()) throw std::runtime_error("the plugin directory " + dir_.toStdString() + " is not a directory");
+  if (!dir_info.isReadable() || !dir_info.isExecutable()) {
+    throw std::runtime_error("the plugin directory " + dir_.toStdString() +
+                             " cannot be read by this user (its permissions), so its bundles cannot be listed or watched");
+  }
   db::HostRow me = me_in;
   me.plugins = dir_info.absoluteFilePath().toStdString();
   if (me.strata_version.empty()) {
@@ -1034,7 +1043,10 @@ void PluginHost::serve(const db::HostRow& me_in, int poll_ms) {
   // A directory change may be a file still being written: rescan once it settles.
   rescan_timer_.setSingleShot(true);
   rescan_timer_.setInterval(100);
-  connect(watcher_.get(), &QFileSystemWatcher::directoryChanged, this, [this] { rescan_timer_.start(); });
+  connect(watcher_.get(), &QFileSystemWatcher::directoryChanged, this, [this] {
+    watchDirectory();
+    rescan_timer_.start();
+  });
   connect(watcher_.get(), &QFileSystemWatcher::fileChanged, this, [this] { rescan_timer_.start(); });
   connect(&rescan_timer_, &QTimer::timeout, this, [this] {
     try {
@@ -1043,15 +1055,13 @@ void PluginHost::serve(const db::HostRow& me_in, int poll_ms) {
     } catch (const std::exception& e) {  // a store error: the next change or poll tries again
       qCWarning(lcHost).noquote() << "rescan failed:" << e.what();
     }
-    // Files are watched too, so one replaced in place is seen.
-    const QStringList files = watcher_->files();
-    if (!files.isEmpty()) watcher_->removePaths(files);
-    for (const auto& [_, l] : loaded_) watcher_->addPath(l.path);
+    watchFiles();
   });
-  for (const auto& [_, l] : loaded_) watcher_->addPath(l.path);
+  watchFiles();
   connect(&poll_timer_, &QTimer::timeout, this, &PluginHost::poll);
   poll_timer_.start(poll_ms);
   connect(&heartbeat_timer_, &QTimer::timeout, this, [this] {
+    watchDirectory();
     try {
       if (store_ != nullptr && !store_->heartbeat(host_id_.toStdString(), last_applied_)) {
         // Silent past the age-out (suspended a day), another host forgot this one:
@@ -1065,6 +1075,35 @@ void PluginHost::serve(const db::HostRow& me_in, int poll_ms) {
     }
   });
   heartbeat_timer_.start(1000);
+}
+
+// Every bundle file present is watched, not only the loaded ones: a file still being
+// copied in when a rescan rejected it is rescanned once its bytes stop changing, and
+// one replaced in place is seen.
+void PluginHost::watchFiles() {
+  const QStringList files = watcher_->files();
+  if (!files.isEmpty()) watcher_->removePaths(files);
+  QStringList paths;
+  for (const auto& [_, row] : view_) paths << q(row.path);
+  if (!paths.isEmpty()) watcher_->addPaths(paths);
+}
+
+// A watched directory that is removed drops out of the watch list: once it is back
+// (rm -rf, then mkdir and a copy), it is watched again and rescanned.
+void PluginHost::watchDirectory() {
+  if (watcher_ == nullptr || watcher_->directories().contains(dir_)) return;
+  if (!QFileInfo(dir_).isDir()) {
+    if (!dir_missing_) {
+      qCWarning(lcHost).noquote() << "the plugin directory" << dir_ << "is gone; waiting for it to return";
+      rescan_timer_.start();  // its bundles left with it
+    }
+    dir_missing_ = true;
+    return;
+  }
+  if (!watcher_->addPath(dir_)) return;  // not readable now: tried again at the next heartbeat
+  if (dir_missing_) qCInfo(lcHost).noquote() << "the plugin directory" << dir_ << "is back; rescanning";
+  dir_missing_ = false;
+  rescan_timer_.start();
 }
 
 void PluginHost::poll() {

@@ -219,6 +219,8 @@ class PluginHost : public QObject {
   bool record(const BundleFile& f, const QString& state, const QString& reason, bool to_store = true);
   void recordRegistrations(const Loaded& l);
   void poll();
+  void watchFiles();
+  void watchDirectory();
   void answerQueries();
   void recordView(const QStringList& what);
 
@@ -227,6 +229,7 @@ class PluginHost : public QObject {
   std::map<QString, Loaded> loaded_;                       // by bundle name
   std::map<QString, std::unique_ptr<QPluginLoader>> libs_;  // by sha256; never unloaded
   std::unique_ptr<QFileSystemWatcher> watcher_;  // serve() only
+  bool dir_missing_ = false;                     // the watched directory was removed (logged once)
   QTimer poll_timer_, heartbeat_timer_, rescan_timer_;
   QString host_id_;
   db::HostRow me_;  // as serve() registered it

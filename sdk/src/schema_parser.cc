@@ -550,14 +550,16 @@ void Parser::wrapInList(TypePtr& type, std::optional<AliasInfo>& alias) {
 }
 
 void Parser::parseAliasSets(std::vector<std::string>& sets) {
+  bool wildcard = std::find(sets.begin(), sets.end(), "*") != sets.end();  // once, not per name
   do {
     if (nextIfChar('*')) {
       sets.emplace_back("*");
+      wildcard = true;
     } else {
       if (cur().kind != Tok::Ident || cur().keyword) fail(cur(), "an alias set name (like 'a') or '*'");
       std::string name = next().text;
       // After a wildcard, further sets add nothing (PyTorch drops them too).
-      if (std::find(sets.begin(), sets.end(), "*") == sets.end()) sets.push_back(std::move(name));
+      if (!wildcard) sets.push_back(std::move(name));
     }
   } while (nextIfChar('|'));
   // PyTorch keeps alias sets in a set: `(b|a)` and `(a|b)` are one annotation,

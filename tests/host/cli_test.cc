@@ -670,6 +670,49 @@ TEST(ServeEndToEnd, RefusesAMissingDirectoryAndLogsEachChangeOnceWithATime) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// What a copy in two steps and a directory removed and made again look like to a
+// serving host: the file first rejected (half written) loads once the rest arrives,
+// and the host watches the directory made again.
+TEST(ServeEndToEnd, AFileStillBeingCopiedAndADirectoryMadeAgainAreSeen) {
+  char tmpl[] = "/tmp/strata-watch-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string plugins = dir + "/p", db = dir + "/s.db";
+  std::filesystem::create_directories(plugins);
+  ServeProcess serve(dir, plugins, db);
+  serve.waitFor("ready.", 100);
+  ASSERT_THAT(serve.log(), HasSubstr("ready."));
+  std::ifstream in(STRATA_PLUGIN_BUILD_DIR "/libmylib.so", std::ios::binary);
+  const std::string bytes(std::istreambuf_iterator<char>(in), {});
+  {
+    std::ofstream out(plugins + "/libmylib.so", std::ios::binary);
+    out.write(bytes.data(), 4096);
+    out.flush();
+    serve.waitFor("rejected", 60);
+    EXPECT_THAT(serve.log(), HasSubstr("libmylib.so")) << serve.log();
+    out.write(bytes.data() + 4096, static_cast<std::streamsize>(bytes.size() - 4096));
+  }
+  serve.waitFor("loaded mylib@1.0.0", 100);
+  EXPECT_THAT(serve.log(), HasSubstr("loaded mylib@1.0.0")) << serve.log();
+  std::filesystem::remove_all(plugins);
+  serve.waitFor("unloaded mylib@1.0.0", 100);
+  EXPECT_THAT(serve.log(), HasSubstr("is gone; waiting for it to return")) << serve.log();
+  std::filesystem::create_directories(plugins);
+  std::filesystem::copy_file(STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_1_0.so", plugins + "/libmuladd_1_1_0.so");
+  serve.waitFor("loaded muladd@1.1.0", 100);
+  EXPECT_THAT(serve.log(), HasSubstr("is back; rescanning"));
+  EXPECT_THAT(serve.log(), HasSubstr("loaded muladd@1.1.0")) << serve.log();
+  EXPECT_EQ(serve.stop(), 0);
+  // Unreadable: refused with the reason, not served as an empty directory.
+  if (::geteuid() != 0) {
+    std::filesystem::permissions(plugins, std::filesystem::perms::none);
+    const Result r = run("plugins list --plugins " + plugins + " --db " + db);
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("cannot be read by this user"));
+    std::filesystem::permissions(plugins, std::filesystem::perms::owner_all);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliTest, VersionNamesTheSdkAbiAndTheStoreSchema) {
   const Result r = run("--version");
   EXPECT_EQ(r.status, 0);
