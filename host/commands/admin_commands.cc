@@ -134,7 +134,7 @@ QString noLiveHostToWaitFor(db::Store& store, const QString& path) {
 QString bundleLine(const std::string& name, const std::string& version, const std::string& state,
                    const std::string& path, const std::string& reason) {
   return q(name).leftJustified(16) + " " + q(version).leftJustified(8) + " " + q(state).leftJustified(10) + " " +
-         q(path) + (reason.empty() ? "" : "\n    " + q(reason)) + "\n";
+         q(path) + (reason.empty() ? "" : "\n    " + oneLine(reason)) + "\n";
 }
 
 QJsonObject toJson(const db::HostBundleRow& b) {
@@ -544,6 +544,7 @@ int runPluginsCommand(const QStringList& args) {
       }
     }
     const bool scan = action == "list" || action == "show";
+    if (action == "trusted") openExistingStore(storeOption(parser));  // a list read from no store would make one
     auto session = openSession(parser, scan);
     db::Store& store = *session->store;
     const std::string actor = s(actorOption(parser));
@@ -843,7 +844,9 @@ int runAuditCommand(const QStringList& args) {
       return kExitUsage;
     }
     try {
-      db::Store store(s(storeOption(parser)));
+      // Reading a store that is not there would create it and vouch for an empty log.
+      const std::unique_ptr<db::Store> opened = openExistingStore(storeOption(parser));
+      db::Store& store = *opened;
       const db::AuditVerdict v = store.verifyAudit();
       if (parser.isSet("json")) {
         out << QJsonDocument(QJsonObject{{"ok", v.ok},
@@ -879,7 +882,8 @@ int runAuditCommand(const QStringList& args) {
     since = t.toUTC().toString("yyyy-MM-ddTHH:mm:ss.zzzZ");
   }
   try {
-    db::Store store(s(storeOption(parser)));
+    const std::unique_ptr<db::Store> opened = openExistingStore(storeOption(parser));
+    db::Store& store = *opened;
     const auto rows = store.auditLog(s(since), s(parser.value("op")));
     QJsonArray all;
     for (const auto& r : rows) {
@@ -888,9 +892,9 @@ int runAuditCommand(const QStringList& args) {
                                {"action", q(r.action)}, {"target", q(r.target)}, {"before", q(r.before)},
                                {"after", q(r.after)}});
       } else {
-        out << q(r.time) << "  " << q(r.actor).leftJustified(10) << " " << q(r.action).leftJustified(15) << " "
-            << q(r.target) << ": " << (r.before.empty() ? "-" : q(r.before)) << " -> "
-            << (r.after.empty() ? "-" : q(r.after)) << "\n";
+        out << q(r.time) << "  " << oneLine(r.actor).leftJustified(10) << " " << q(r.action).leftJustified(15)
+            << " " << oneLine(r.target) << ": " << (r.before.empty() ? "-" : oneLine(r.before)) << " -> "
+            << (r.after.empty() ? "-" : oneLine(r.after)) << "\n";
       }
     }
     if (parser.isSet("json")) out << QJsonDocument(all).toJson(QJsonDocument::Indented);

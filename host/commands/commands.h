@@ -74,6 +74,22 @@ std::string askRunningHost(db::Store& store, const db::HostRow& host, const std:
 // recorded never creates one (a mistyped --db is an error, not a new empty store).
 std::unique_ptr<db::Store> openExistingStore(const QString& path);
 
+// Text someone typed (an actor, a reason), as one line of a listing: control
+// characters as escapes, so a newline or a terminal escape in it cannot forge a
+// row or repaint the screen. JSON output needs none of this.
+inline QString oneLine(const std::string& text) {
+  QString out;
+  for (const QChar c : QString::fromStdString(text)) {
+    const char16_t u = c.unicode();
+    if (u == '\n') out += "\\n";
+    else if (u == '\t') out += "\\t";
+    else if (u < 0x20 || u == 0x7f || (u >= 0x80 && u < 0xa0)) out += QString("\\x%1").arg(u, 2, 16, QChar('0'));
+    else if (u == '\\') out += "\\\\";
+    else out += c;
+  }
+  return out;
+}
+
 // QCommandLineParser's help names the binary (argv[0]); ours names the
 // subcommand ("Usage: strata schema [options] ...").
 inline QString helpText(const QCommandLineParser& parser, const QString& command) {

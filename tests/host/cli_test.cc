@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <cstdio>
@@ -879,6 +880,23 @@ TEST(AdminCommands, TogglesAndPinsCheckTheirNamesAndSayWhatWillHappen) {
   r = run("plugins pin muladd latest" + db);
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, HasSubstr("cannot pin muladd to 'latest': not a semantic version"));
+  // Reading a store that is not there is an error, not a new empty store vouched for.
+  const std::string missing = " --db " + dir + "/typo.db";
+  for (const char* read : {"audit", "audit --verify", "plugins trusted"}) {
+    r = run(std::string(read) + missing);
+    EXPECT_EQ(r.status, 1) << read << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr("no store at " + dir + "/typo.db")) << read;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/typo.db"));
+  // What someone typed prints as one line: a newline cannot forge an audit row, nor
+  // an escape sequence reach the terminal.
+  r = run("kernel disable core::mul.Tensor cpu --actor " + q("eve\n2026-01-01T00:00:00.000Z  alice\x1b[2J") +
+          " --reason " + q("a\tb") + db);
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("audit --op core::mul.Tensor" + db);
+  EXPECT_THAT(r.out, HasSubstr("eve\\n2026-01-01T00:00:00.000Z  alice\\x1b[2J"));
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos);
   r = run("plugins pin 'mul add' 1.0.0" + db);
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, HasSubstr("is not a bundle name"));
@@ -929,7 +947,7 @@ TEST(AdminCommands, WaitTimesOutNamingTheHostsBehind) {
   char tmpl[] = "/tmp/strata-wait-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string db = dir + "/s.db";
-  ASSERT_EQ(run("audit --db " + db).status, 0);  // creates the store
+  ASSERT_EQ(run("plugins list --plugins " + dir + " --db " + db).status, 0);  // creates the store
   // A host on another machine that heartbeats but never applies anything.
   ASSERT_EQ(std::system(("sqlite3 " + db + " \"INSERT INTO hosts (id, pid) VALUES ('elsewhere:42', 42)\"").c_str()), 0);
   Result r = run("kernel disable a::b cpu --wait 0.3 --db " + db);
@@ -949,7 +967,7 @@ TEST(AdminCommands, BundleChangesWaitLikeKernelToggles) {
   char tmpl[] = "/tmp/strata-bwait-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string db = " --db " + dir + "/s.db";
-  ASSERT_EQ(run("audit" + db).status, 0);  // creates the store
+  ASSERT_EQ(run("plugins list --plugins " + dir + db).status, 0);  // creates the store
   for (const char* change : {"pin muladd 1.0.0", "unpin muladd", "disable mylib --reason r", "enable mylib"}) {
     const Result r = run(std::string("plugins ") + change + " --wait 1" + db);
     EXPECT_EQ(r.status, 1) << change << ": " << r.out;
