@@ -89,12 +89,15 @@ std::vector<std::string_view> splitList(std::string_view s, std::string_view who
 struct Nested {
   std::vector<int64_t> shape;
   std::vector<std::string_view> leaves;
+  std::optional<size_t> leaf_depth;  // where the first number was: every number is there, no list is
 };
 void flatten(std::string_view s, size_t depth, Nested& out, std::string_view whole) {
   s = trim(s);
   if (!s.empty() && s.front() == '[') {
     STRATA_CHECK(depth < kMaxLiteralDims, Value, "'", shortened(whole), "': lists nest more than ",
                  kMaxLiteralDims, " deep (a tensor literal has at most ", kMaxLiteralDims, " dims)");
+    STRATA_CHECK(!out.leaf_depth || depth < *out.leaf_depth, Value, "'", shortened(whole),
+                 "': a ragged nested list (numbers and lists at the same depth)");
     const auto parts = splitList(s, whole);
     if (out.shape.size() == depth) out.shape.push_back(static_cast<int64_t>(parts.size()));
     STRATA_CHECK(out.shape.size() > depth && out.shape[depth] == static_cast<int64_t>(parts.size()), Value, "'", whole,
@@ -102,10 +105,11 @@ void flatten(std::string_view s, size_t depth, Nested& out, std::string_view who
     for (std::string_view p : parts) flatten(p, depth + 1, out, whole);
     return;
   }
-  STRATA_CHECK(out.shape.size() == depth || out.leaves.empty(), Value, "'", whole,
+  STRATA_CHECK(!out.leaf_depth || *out.leaf_depth == depth, Value, "'", shortened(whole),
                "': a ragged nested list (numbers and lists at the same depth)");
-  if (out.leaves.empty()) out.shape.resize(depth);
-  STRATA_CHECK(out.shape.size() == depth, Value, "'", shortened(whole), "': a ragged nested list");
+  if (!out.leaf_depth) out.leaf_depth = depth;
+  STRATA_CHECK(out.shape.size() == depth, Value, "'", shortened(whole),
+               "': a ragged nested list (numbers and lists at the same depth)");
   STRATA_CHECK(static_cast<int64_t>(out.leaves.size()) < kMaxLiteralElements, Value, "'", shortened(whole),
                "': more than ", kMaxLiteralElements, " elements, the most a command-line tensor literal may have");
   out.leaves.push_back(s);

@@ -326,6 +326,15 @@ TEST(CliCallTest, BadArgumentsAreClearErrors) {
   EXPECT_THAT(r.out, HasSubstr("argument 'self' (position 0, Tensor): '[1,2': unbalanced brackets"));
   r = run("call core::sin '[[1,2],[3]]'");
   EXPECT_THAT(r.out, HasSubstr("ragged"));
+  // A number and a list at one depth, in either order, as torch.tensor refuses them.
+  for (const char* ragged : {"'[1,[2]]'", "'[[1],2]'", "'[1,[2,3]]'", "'[[[1]],2]'", "'[[[]],1]'"}) {
+    r = run(std::string("call core::clone ") + ragged);
+    EXPECT_EQ(r.status, 1) << ragged << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr("a ragged nested list (numbers and lists at the same depth)")) << ragged;
+  }
+  r = run("call core::clone '[[],[]]'");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "tensor([], size=(2, 0))\n");
   r = run("call core::add 'ones(2)' abc");
   EXPECT_THAT(r.out, HasSubstr("no overload of core::add takes these arguments"));
   r = run("call core::sin 'ones(2)' 'ones(2)'");
