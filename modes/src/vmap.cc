@@ -276,7 +276,10 @@ Warned& warned() {
   return *w;
 }
 
+thread_local bool tls_quiet_fallback = false;
+
 void warnOnce(const OperatorHandle& op, int64_t batch_size) {
+  if (tls_quiet_fallback) return;  // not remembered either: a real fallback later still warns
   Warned& w = warned();
   {
     std::lock_guard<std::mutex> lock(w.mu);
@@ -287,6 +290,9 @@ void warnOnce(const OperatorHandle& op, int64_t batch_size) {
 }
 
 }  // namespace
+
+detail::QuietVmapFallback::QuietVmapFallback() : was(tls_quiet_fallback) { tls_quiet_fallback = true; }
+detail::QuietVmapFallback::~QuietVmapFallback() { tls_quiet_fallback = was; }
 
 void set_vmap_fallback_enabled(bool enabled) { g_fallback_enabled.store(enabled, std::memory_order_relaxed); }
 bool is_vmap_fallback_enabled() { return g_fallback_enabled.load(std::memory_order_relaxed); }

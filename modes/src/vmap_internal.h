@@ -58,4 +58,15 @@ RegistrationHandleRAII registerVmapFallback();
 // The core:: ops' rules (batching_rules.cc), owner "builtin".
 void registerCoreBatchingRules(std::vector<RegistrationHandleRAII>& keep);
 
+// While one lives, this thread's for-loop fallback runs without its "no batching
+// rule" warning: opcheck's test_vmap switches an op's rule off on purpose to compare
+// it with the loop, and the op does have a rule.
+struct QuietVmapFallback {
+  QuietVmapFallback();
+  ~QuietVmapFallback();
+  QuietVmapFallback(const QuietVmapFallback&) = delete;
+  QuietVmapFallback& operator=(const QuietVmapFallback&) = delete;
+  bool was;
+};
+
 }  // namespace strata::modes::detail

@@ -15,6 +15,7 @@
 #include "strata/dispatcher.h"
 #include "strata/library.h"
 #include "strata/modes/autocast.h"
+#include "strata/modes/log_mode.h"
 #include "strata/modes/autograd.h"
 #include "strata/modes/custom_op.h"
 #include "strata/modes/fake.h"
@@ -630,8 +631,22 @@ TEST(Opcheck, CatchesWhatIsBrokenOneTestEach) {
   results = modes::opcheck("ag_broken::nograd", {xg}, modes::opcheck_default_tests(), false);
   EXPECT_THAT(results.at("test_autograd_registration"), HasSubstr("has no autograd formula"));
   EXPECT_EQ(results.at("test_schema"), "SUCCESS");
+  // test_vmap runs the loop to compare with the rule: no "no batching rule" warning
+  // for an op that has one, and a real fallback afterwards still warns.
+  std::vector<std::string> warnings;
+  modes::set_warning_sink([&](std::string_view w) { warnings.emplace_back(w); });
+  modes::reset_vmap_fallback_warnings();
   results = modes::opcheck("ag_broken::badvmap", {x}, {"test_vmap"}, false);
   EXPECT_THAT(results.at("test_vmap"), HasSubstr("the batching rule and the for-loop fallback differ"));
+  EXPECT_TRUE(warnings.empty()) << (warnings.empty() ? "" : warnings.front());
+  {
+    const auto op = Dispatcher::singleton().findSchemaOrThrow("ag_broken::badvmap").typed<Tensor(const Tensor&)>();
+    KernelEnabledScope off("ag_broken::badvmap", "batched", false);
+    modes::vmap([&](const Tensor& t) { return op.call(t); })(ops::stack({x, x}, 0));
+  }
+  modes::set_warning_sink(nullptr);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("no batching rule for ag_broken::badvmap"));
   // Tolerances go together; unknown tests are named.
   EXPECT_THAT(errorOf([&] { modes::opcheck("ag_broken::nograd", {x}, modes::opcheck_default_tests(), true, 1e-3); }),
               HasSubstr("atol and rtol must both be given"));
