@@ -282,6 +282,12 @@ std::optional<BundleMetadata> checkPluginMetaData(const QJsonObject& meta, QStri
   if (!stringArray(md, "defines", &m.defines, &bad) || !stringArray(md, "implements", &m.implements, &bad)) {
     return fail(bad);
   }
+  for (const QString& ns : m.defines) {
+    if (definedByTheHost(ns)) {
+      return fail("bundle.json: \"defines\" holds '" + ns + "', the host's own namespace, which no bundle defines; "
+                  "list it in \"implements\" to add kernels or rules to its ops");
+    }
+  }
   const AbiVersion host = hostSdkAbi();
   if (m.abi_major != host.major) {
     return fail(QString("built for SDK ABI %1.%2; this host's ABI is %3.%4 (the major must match)")

@@ -144,6 +144,10 @@ TEST(PluginHost, ChecksMetadataFieldByField) {
   EXPECT_FALSE(isSemanticVersion("1000000000.0.0"));
   EXPECT_FALSE(isSemanticVersion("01.2.3"));
   EXPECT_TRUE(isSemanticVersion("1.2.3-rc.1+b5"));
+  std::string core = ok;
+  core.replace(core.find(R"("defines": ["demo"])"), 19, R"("defines": ["core"])");
+  EXPECT_FALSE(checkPluginMetaData(meta(core.c_str()), &why).has_value());
+  EXPECT_THAT(why.toStdString(), HasSubstr("\"defines\" holds 'core', the host's own namespace"));
   QJsonObject other;
   other["IID"] = "org.example.Other/1";
   EXPECT_FALSE(checkPluginMetaData(other, &why).has_value());
