@@ -652,11 +652,13 @@ int runPluginsCommand(const QStringList& args) {
       err << "error: " << why << "\n";
       return kExitInvalidInput;
     }
+    QString warning;  // said once recorded (Note [Waiting for hosts])
+    QTextStream warn(&warning);
     if (action == "pin" || action == "disable") {
       const std::vector<std::string> known = knownBundleNames(store);
       if (std::find(known.begin(), known.end(), name) == known.end()) {
-        err << "warning: no host on " << q(store.path()) << " has seen a bundle named " << pos[0]
-            << "; the change is kept and applies when one arrives" << q(didYouMean(name, known)) << "\n";
+        warn << "warning: no host on " << q(store.path()) << " has seen a bundle named " << pos[0]
+             << "; the change is kept and applies when one arrives" << q(didYouMean(name, known)) << "\n";
       } else if (action == "pin") {
         // Note [Choosing a version] in plugin_host.h: until the version arrives, the pin decides nothing.
         std::set<QString> seen;
@@ -664,7 +666,7 @@ int runPluginsCommand(const QStringList& args) {
           if (b.name == name && b.state != "removed") seen.insert(q(b.version));
         }
         if (seen.count(pos[1]) == 0) {
-          err << "warning: no host on " << q(store.path()) << " has " << pos[0] << " " << pos[1]
+          warn << "warning: no host on " << q(store.path()) << " has " << pos[0] << " " << pos[1]
               << " in its plugin directory ("
               << (seen.empty() ? QString("none of its versions is there now")
                                : "there: " + QStringList(seen.begin(), seen.end()).join(", "))
@@ -677,6 +679,8 @@ int runPluginsCommand(const QStringList& args) {
     if (action == "pin") change = store.pin(name, s(pos[1]), actor);
     else if (action == "unpin") change = store.unpin(name, actor);
     else change = store.setBundleDisabled(name, action == "disable", s(parser.value("reason")), actor);
+    warn.flush();
+    err << warning;
     QStringList behind;
     if (parser.isSet("wait")) behind = waitForHosts(store, change, wait_secs);
     if (parser.isSet("json")) {
@@ -787,13 +791,35 @@ int runKernelCommand(const QStringList& args) {
     // bundle that brings it later, with a warning saying so.
     std::vector<std::string> known = liveOperatorNames();
     for (const auto& o : store.operators()) known.push_back(o.name);
+    QString warning;
     if (std::find(known.begin(), known.end(), op.str()) == known.end()) {
-      err << "warning: no loaded bundle defines " << q(op.str()) << " (as recorded in " << storeOption(parser)
-          << "); the change is kept and applies when a bundle that defines it loads"
-          << q(didYouMean(op.str(), known)) << "\n";
+      warning = "warning: no loaded bundle defines " + q(op.str()) + " (as recorded in " + storeOption(parser) +
+                "); the change is kept and applies when a bundle that defines it loads" +
+                q(didYouMean(op.str(), known));
+    } else {
+      // A known op with nothing at this key: the toggle changes nothing until something is.
+      std::set<std::string> keys;
+      for (const auto& r : Dispatcher::singleton().registrations(op)) {
+        if (r.what == RegistrationInfo::What::Impl) keys.insert(toString(r.key));
+      }
+      for (const auto& r : store.registrations(op.str())) {
+        if (r.key != "def") keys.insert(r.key);
+      }
+      if (!keys.empty() && keys.count(toString(key)) == 0) {
+        QStringList have;
+        for (const auto& k : keys) have << q(k);
+        warning = "warning: " + q(op.str()) + " has no kernel at " + toString(key) + " (it has: " +
+                  have.join(", ") + "); the change is kept and applies if one is registered there" +
+                  (key == DispatchKey::Fake ? "; an op's fake implementation (register_fake) is its Meta kernel: "
+                                              "toggle it with 'meta'"
+                                            : "");
+      }
     }
+    // Said once recorded: a store that cannot take the change (locked, read-only) gets
+    // an error, not a warning that it was kept.
     const int64_t change =
         store.setKernelState(op.str(), toString(key), enable, s(parser.value("reason")), s(actorOption(parser)));
+    if (!warning.isEmpty()) err << warning << "\n";
     QStringList behind;
     if (parser.isSet("wait")) behind = waitForHosts(store, change, wait_secs);
     if (parser.isSet("json")) {

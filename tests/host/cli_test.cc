@@ -867,6 +867,12 @@ TEST(AdminCommands, TogglesAndPinsCheckTheirNamesAndSayWhatWillHappen) {
   r = run("kernel disable core::add.Tensor cpu --actor ann" + db);  // a builtin op: no warning
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("warning")));
+  // A known op with nothing at that key: kept, and said so, with the keys it has.
+  r = run("kernel disable core::add.Tensor fake --actor ann" + db);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("warning: core::add.Tensor has no kernel at Fake (it has: "));
+  EXPECT_THAT(r.out, HasSubstr("CPU"));
+  EXPECT_THAT(r.out, HasSubstr("its Meta kernel: toggle it with 'meta'"));
   r = run("kernel enable core::add.Tensor cpu --wait 1" + db);  // no host serves this store
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, HasSubstr("--wait: no live host uses the store"));
