@@ -414,7 +414,7 @@ int runServeCommand(const QStringList& args) {
     }
     if (!op.isEmpty()) {
       out << "  strata dump " << op << " --host " << host_id << db << "\n"
-          << "  strata kernel disable " << op << " cpu --reason \"try the fallback\" --wait" << db << "\n";
+          << "  strata kernel disable " << op << " cpu --reason \"without its CPU kernel\" --wait" << db << "\n";
       if (op == "extension_cpp::mymuladd") {
         out << "  strata call extension_cpp::mymuladd ones(3) ones(3) 2.0 --explain" << plugins << db << "\n";
       }

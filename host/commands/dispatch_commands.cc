@@ -217,7 +217,7 @@ int runCheckCommand(const QStringList& args) {
     } else {
       std::vector<std::string> known = liveOperatorNames();
       for (const auto& [name, _] : loaded) known.push_back(name.toStdString());
-      err << args.first() << ": no loaded bundle or operator named '" << target << "'"
+      err << "error: no loaded bundle or operator named '" << target << "'"
           << q(didYouMean(target.toStdString(), known)) << "\n";
       return kExitInvalidInput;
     }
@@ -366,7 +366,10 @@ Stack callUnderVmap(const OperatorHandle& op, Stack stack, const std::string& in
   const FunctionSchema& schema = op.schema();
   bool broadcast = false;
   std::vector<modes::Dim> dims = parseVmapInDims(in_dims_text, schema.arguments().size(), &broadcast);
-  const std::string shown = modes::Dims(std::vector<modes::DimEntry>(dims.begin(), dims.end())).str();
+  // As written: one in_dim for every tensor is torch.vmap(op, 1), not a tuple with one
+  // per argument (the non-tensors' are None).
+  const std::string shown =
+      broadcast ? in_dims_text : modes::Dims(std::vector<modes::DimEntry>(dims.begin(), dims.end())).str();
   // The tensors go to vmap as one list, each with its in_dim; where[k] is the
   // argument (and, in a Tensor[], the element) tensor k came from.
   struct Where {
@@ -599,7 +602,13 @@ int runCallCommand(const QStringList& args) {
       stack = ex.results;
       out << "result:\n";
     } else {
-      op.callBoxed(stack);
+      try {
+        op.callBoxed(stack);
+      } catch (const Error&) {
+        throw;  // Strata's errors name the op where it matters
+      } catch (const std::exception& e) {
+        throw std::runtime_error(op.name() + ": " + e.what());  // a bundle's own exception: say whose
+      }
     }
     while (!guards.empty()) guards.pop_back();  // innermost first
     while (!autocast_guards.empty()) autocast_guards.pop_back();  // innermost first

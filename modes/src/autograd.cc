@@ -541,8 +541,9 @@ std::vector<Tensor> FormulaNode::apply(std::vector<Tensor>&& grads) {
   const std::string& op = ctx_.op_;
   std::vector<IValue> result = formula_->backward(ctx_, grads);
   STRATA_CHECK(result.size() == num_grads_expected_, Value, op, ": the backward formula returned ", result.size(),
-               " gradient(s), but the op has ", num_grads_expected_, " input(s): backward must return one per input "
-               "(None for an input that is not a tensor or needs no gradient)");
+               " gradient(s), but the op has ", num_grads_expected_, " positional input(s): backward must return one "
+               "per positional input, as torch.library.register_autograd's does (None for an input that is not a "
+               "tensor or needs no gradient; keyword-only inputs get none)");
   std::vector<Tensor> out(next_edges_.size());
   for (size_t i = 0; i < result.size(); ++i) {
     const IValue& g = result[i];

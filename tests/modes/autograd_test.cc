@@ -400,7 +400,7 @@ TEST(RegisterAutograd, ErrorsNameTheOp) {
   const Tensor a = leaf({1, 2}, {2});
   const Tensor b = leaf({3, 4}, {2});
   EXPECT_THAT(errorOf([&] { ops::sum(two.call(a, b)).backward(); }),
-              HasSubstr("ag_errs::two: the backward formula returned 1 gradient(s), but the op has 2 input(s)"));
+              HasSubstr("ag_errs::two: the backward formula returned 1 gradient(s), but the op has 2 positional input(s)"));
   EXPECT_THAT(errorOf([&] { modes::register_autograd("ag_errs::two", bw); }), HasSubstr("already has an autograd formula"));
   // A gradient of the wrong shape.
   auto h2 = modes::register_autograd(
