@@ -7,6 +7,7 @@
 #include <QFile>
 #include <QFileInfo>
 #include <QJsonArray>
+#include <QJsonDocument>
 #include <QJsonObject>
 #include <QLibrary>
 #include <QLoggingCategory>
@@ -273,6 +274,16 @@ std::optional<BundleMetadata> checkPluginMetaData(const QJsonObject& meta, QStri
   }
   m.abi_major = abi.toObject()["major"].toInt(-1);
   m.abi_minor = abi.toObject()["minor"].toInt(-1);
+  if (m.abi_major < 0 || m.abi_minor < 0) {  // not a non-negative int (-1, 2.5, 2^63)
+    return fail("bundle.json: \"abi\" must be {\"major\": N, \"minor\": N} with whole numbers from 0 to " +
+                QString::number(INT_MAX) + ", not {\"major\": " +
+                QString::fromUtf8(QJsonDocument(QJsonArray{abi.toObject()["major"]}).toJson(QJsonDocument::Compact))
+                    .mid(1).chopped(1) +
+                ", \"minor\": " +
+                QString::fromUtf8(QJsonDocument(QJsonArray{abi.toObject()["minor"]}).toJson(QJsonDocument::Compact))
+                    .mid(1).chopped(1) +
+                "}");
+  }
   if (!md["description"].isString()) {
     return fail(md.contains("description") ? "bundle.json: \"description\" must be a string"
                                          : "bundle.json has no \"description\"");
@@ -766,6 +777,13 @@ QStringList PluginHost::rescan() {
     }
     for (const auto* f : list) {
       if (f == running || rejected_now.count(f)) continue;
+      if (running != nullptr && f->metadata->version_text == running->metadata->version_text) {
+        // Two builds that both say name@version: only one can be that version.
+        record(*f, "superseded", "another file, " + QFileInfo(running->path).fileName() + ", is " + name + "@" +
+                                     running->metadata->version_text + " too, with other contents, and loaded; " +
+                                     "give each build its own version");
+        continue;
+      }
       record(*f, "superseded", why);
     }
     if (running != nullptr) {

@@ -394,6 +394,11 @@ std::optional<std::string> Store::truncation() const {
 
 Store::Store(const std::string& path) : path_(path) {
   std::error_code ec;
+  if (path.empty()) throw StoreError("store: an empty path (name a file, e.g. --db strata.db)");
+  if (std::filesystem::is_directory(path, ec)) {
+    throw StoreError("store " + path + ": a directory, not a store file (name a file in it, e.g. " +
+                     (std::filesystem::path(path) / "strata.db").string() + ")");
+  }
   if (!std::filesystem::exists(path, ec)) createAtomically(path);
   refuseTruncated();
   openConnection(/*create=*/false);

@@ -102,6 +102,14 @@ QStringList waitForHosts(db::Store& store, int64_t change, double seconds) {
 bool takeWaitSeconds(const QCommandLineParser& parser, QStringList& pos, qsizetype takes, double* secs,
                      QString* why) {
   *secs = 10.0;
+  if (!parser.isSet("wait") && pos.size() == takes + 1) {
+    bool number = false;
+    pos.last().toDouble(&number);
+    if (number) {
+      *why = "'" + pos.last() + "' is a number of seconds, which goes with --wait (--wait " + pos.last() + ")";
+      return false;
+    }
+  }
   if (!parser.isSet("wait") || pos.size() != takes + 1) return true;
   bool ok = false;
   *secs = pos.takeLast().toDouble(&ok);

@@ -182,6 +182,12 @@ int runBenchCommand(const QStringList& args) {
     }
   }
   const QString filter = parser.value("filter");
+  // Google Benchmark says nothing of a filter it cannot compile: it just matches nothing.
+  if (const QRegularExpression re(filter); !re.isValid()) {
+    err << args.first() << ": --filter '" << filter << "' is not a regular expression: " << re.errorString()
+        << " (at offset " << re.patternErrorOffset() << ")\n";
+    return kExitUsage;
+  }
   const QString strata_binary = besideThisBinary("strata_bench");
   if (!QFileInfo(strata_binary).isExecutable()) {
     err << "error: the benchmark binary " << strata_binary

@@ -104,8 +104,21 @@ inline QString helpText(const QCommandLineParser& parser, const QString& command
 // that is all there is to do. Returns -1 when the command should go on.
 inline int parseOrExit(QCommandLineParser& parser, const QStringList& args) {
   if (!parser.parse(args)) {
-    QTextStream(stderr) << args.first() << ": " << parser.errorText() << "\n" << helpText(parser, args.first());
+    QString hint;  // "--wait -1": Qt reads "-1" as options named "1"
+    for (const QString& a : args) {
+      if (a.size() > 1 && a[0] == '-' && (a[1].isDigit() || a[1] == '.')) {
+        hint = " ('" + a + "' is read as an option: a number here cannot be negative)";
+      }
+    }
+    QTextStream(stderr) << args.first() << ": " << parser.errorText() << hint << "\n" << helpText(parser, args.first());
     return kExitUsage;
+  }
+  // An empty path is a shell variable that was not set far more often than a choice.
+  for (const char* path_option : {"db", "plugins"}) {
+    if (parser.optionNames().contains(path_option) && parser.value(path_option).isEmpty()) {
+      QTextStream(stderr) << args.first() << ": --" << path_option << " was given an empty path\n";
+      return kExitUsage;
+    }
   }
   if (parser.isSet("help") || parser.isSet("help-all")) {  // addHelpOption() lists both
     QTextStream(stdout) << helpText(parser, args.first());

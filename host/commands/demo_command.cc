@@ -30,6 +30,10 @@ int runDemoCommand(const QStringList& args) {
   parser.addHelpOption();
   QTextStream out(stdout);
   if (int rc = parseOrExit(parser, args); rc >= 0) return rc;
+  if (!parser.positionalArguments().isEmpty()) {
+    QTextStream(stderr) << args.first() << ": takes no arguments\n";
+    return kExitUsage;
+  }
   auto line = [&out](const std::string& s) { out << QString::fromStdString(s) << "\n"; };
 
   line("== Tensors");

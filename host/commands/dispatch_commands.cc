@@ -533,7 +533,7 @@ int runCallCommand(const QStringList& args) {
     try {
       autocast.push_back(parseAutocastSpec(a.toStdString()));
     } catch (const Error& e) {
-      err << args.first() << ": --autocast " << a << ": " << e.what() << "\n";
+      err << args.first() << ": " << e.what() << "\n";  // the message names the --autocast value
       return kExitUsage;
     }
   }

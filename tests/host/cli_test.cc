@@ -816,6 +816,31 @@ TEST(AdminCommands, BadInputIsAClearErrorWithTheRightExitCode) {
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, ::testing::HasSubstr(dir + "/junk.db"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("not a database"));
+  // Paths that are empty (an unset shell variable) or a directory; numbers astray.
+  r = run("audit --db ''");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--db was given an empty path"));
+  r = run("plugins list --plugins ''" + db);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--plugins was given an empty path"));
+  r = run("kernel disable a::b cpu --db " + dir);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("store " + dir + ": a directory, not a store file"));
+  r = run("kernel disable a::b cpu 5" + db);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("'5' is a number of seconds, which goes with --wait (--wait 5)"));
+  r = run("kernel disable a::b cpu --wait -1" + db);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("('-1' is read as an option: a number here cannot be negative)"));
+  r = run("demo extra");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("takes no arguments"));
+  r = run("bench --filter '('");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--filter '(' is not a regular expression"));
+  r = run("call core::sin 'ones(2)' --autocast cpu:int8");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, Not(HasSubstr("--autocast cpu:int8: --autocast")));
   std::system(("rm -rf " + dir).c_str());
 }
 

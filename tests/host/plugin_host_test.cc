@@ -144,6 +144,10 @@ TEST(PluginHost, ChecksMetadataFieldByField) {
   EXPECT_FALSE(isSemanticVersion("1000000000.0.0"));
   EXPECT_FALSE(isSemanticVersion("01.2.3"));
   EXPECT_TRUE(isSemanticVersion("1.2.3-rc.1+b5"));
+  std::string huge_abi = ok;
+  huge_abi.replace(huge_abi.find(R"("major": )") + 9, std::to_string(abi.major).size(), "9223372036854775808");
+  EXPECT_FALSE(checkPluginMetaData(meta(huge_abi.c_str()), &why).has_value());
+  EXPECT_THAT(why.toStdString(), HasSubstr("with whole numbers from 0 to 2147483647, not {\"major\": 9223372036854776000"));
   std::string core = ok;
   core.replace(core.find(R"("defines": ["demo"])"), 19, R"("defines": ["core"])");
   EXPECT_FALSE(checkPluginMetaData(meta(core.c_str()), &why).has_value());
