@@ -517,7 +517,20 @@ void Store::migrate() {
                        " was written by a newer strata (this one knows up to " + std::to_string(kSchemaVersion) +
                        "); refusing to open it");
     }
-    for (int v = have + 1; v <= kSchemaVersion; ++v) exec(kMigrations[v - 1]);
+    for (int v = have + 1; v <= kSchemaVersion; ++v) {
+      try {
+        exec(kMigrations[v - 1]);
+      } catch (const StoreError& e) {
+        // The tables are not what version `have` had: its user_version was set by hand
+        // (or another program wrote the file). Nothing is changed: the transaction rolls back.
+        std::string why = e.what();  // "store P: MESSAGE (in: SQL)": the message alone
+        if (const size_t in = why.find(" (in: "); in != std::string::npos) why.resize(in);
+        if (const std::string prefix = "store " + path_ + ": "; why.rfind(prefix, 0) == 0) why.erase(0, prefix.size());
+        throw StoreError("store " + path_ + ": says schema version " + std::to_string(have) +
+                         ", but its tables do not match that version (upgrading to " + std::to_string(v) +
+                         " failed: " + why + "); was its user_version changed by hand? Refusing to open it");
+      }
+    }
     if (have < 4) chainExistingAuditRows();
     exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
     exec("PRAGMA application_id = " + std::to_string(kApplicationId));

@@ -130,6 +130,27 @@ TEST(Store, RefusesANewerSchemaAndFilesThatAreNotDatabases) {
   }
   EXPECT_THAT(errorOf([&] { Store s(d.file("negative.db")); }),
               HasSubstr("negative.db: schema version -2560 is not one any strata writes"));
+  // An older version set by hand on current tables: named, refused, and left as it was.
+  {
+    Store s(d.file("edited.db"));
+    s.setKernelState("a::b", "CPU", false, "", "ann");
+    s.exec("PRAGMA user_version = 3");
+  }
+  EXPECT_THAT(errorOf([&] { Store s(d.file("edited.db")); }),
+              HasSubstr("edited.db: says schema version 3, but its tables do not match that version (upgrading to 4 "
+                        "failed: duplicate column name: prev_hash); was its user_version changed by hand?"));
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(d.file("edited.db").c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int(st, 0), 3);  // the failed upgrade rolled back
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+  }
+  EXPECT_THAT(errorOf([&] { Store s(d.path); }), HasSubstr("a directory, not a store file"));
+  EXPECT_THAT(errorOf([&] { Store s(""); }), HasSubstr("store: an empty path"));
   {
     std::ofstream f(d.file("junk.db"));
     f << "this is not an SQLite database, just some text that is long enough to have a header";
