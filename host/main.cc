@@ -91,6 +91,14 @@ int main(int argc, char** argv) {
            "another\n";
     return strata::host::kExitUsage;
   }
+  // The same for the variables that name paths.
+  for (const char* var : {"STRATA_DB", "STRATA_PLUGIN_PATH"}) {
+    const QByteArray raw = qgetenv(var);
+    if (QString::fromUtf8(raw).toUtf8() == raw) continue;
+    err << "strata: $" << var << " is not valid UTF-8; Strata reads paths as UTF-8, and would read this one as "
+           "another path\n";
+    return strata::host::kExitUsage;
+  }
   if (args.size() < 2 || args[1] == "--help" || args[1] == "--help-all" || args[1] == "-h" || args[1] == "help") {
     printUsage(args.size() < 2 ? err : out);
     return args.size() < 2 ? strata::host::kExitUsage : strata::host::kExitOk;

@@ -150,6 +150,10 @@ TEST(CliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(h.status, 0);
   EXPECT_THAT(h.out, HasSubstr("--json"));
   EXPECT_THAT(h.out, StartsWith("Usage: strata schema [options] [SCHEMA...]"));
+  // A path variable that is not UTF-8 would name another file: refused, as such an argument is.
+  const Result env = run("audit", "", "STRATA_DB=\"$(printf 'x\\377.db')\"");
+  EXPECT_EQ(env.status, 2) << env.out;
+  EXPECT_THAT(env.out, HasSubstr("$STRATA_DB is not valid UTF-8"));
   // --help-all, which every command's help lists, is help too: the command does not run.
   char tmpl[] = "/tmp/strata-helpall-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
