@@ -542,7 +542,9 @@ QStringList PluginHost::rescan() {
     throw std::runtime_error("the plugin directory " + dir_.toStdString() +
                              " cannot be read by this user (its permissions)");
   }
-  const QFileInfoList entries = dir.entryInfoList(QDir::Files | QDir::Readable, QDir::Name);
+  // System too: a FIFO, a socket or a symlink to nothing named like a library gets a
+  // row saying why it is not read, as an unreadable file does, instead of no row.
+  const QFileInfoList entries = dir.entryInfoList(QDir::Files | QDir::System, QDir::Name);
   const QString dir_insecure = entries.isEmpty() ? QString() : insecurityOfDirectory(dir_);
   std::set<std::string> trusted;
   if (trust_.require_trusted && store_ != nullptr) {
@@ -550,6 +552,18 @@ QStringList PluginHost::rescan() {
   }
   for (const QFileInfo& fi : entries) {
     if (!QLibrary::isLibrary(fi.fileName())) continue;
+    if (const QString why = fi.isSymLink() && !fi.exists() ? "a symbolic link that leads nowhere (its target is "
+                                                               "missing, or the links go round in a loop)"
+                            : !fi.isFile()                 ? "not a regular file (a FIFO, socket or device): not read"
+                            : !fi.isReadable()             ? "cannot be read by this user (its permissions)"
+                                                           : QString();
+        !why.isEmpty()) {
+      BundleFile f;
+      f.path = fi.absoluteFilePath();
+      f.error = why;  // no content to hash: a row in this host's view only
+      files.push_back(std::move(f));
+      continue;
+    }
     // Note [Plugin trust]: an unsafe file is hashed (its identity in the store), never parsed.
     const QString insecure = !dir_insecure.isEmpty() ? dir_insecure : insecurityOfBundle(dir_, fi.absoluteFilePath());
     BundleFile f;
@@ -574,7 +588,7 @@ QStringList PluginHost::rescan() {
     if (!f.error.isEmpty()) {
       // The store keeps one row per content: a refused copy of a file that passed
       // leaves that row to the copy that passed (this host's view has both).
-      const bool to_store = seen_sha.count(f.sha256) == 0;
+      const bool to_store = !f.sha256.isEmpty() && seen_sha.count(f.sha256) == 0;
       // Reported once (what the embedding application and the host's last event see).
       if (record(f, "rejected", f.error, to_store)) what << "rejected " + QFileInfo(f.path).fileName() + ": " + f.error;
       continue;

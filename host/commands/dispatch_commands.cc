@@ -533,7 +533,8 @@ int runCallCommand(const QStringList& args) {
     try {
       autocast.push_back(parseAutocastSpec(a.toStdString()));
     } catch (const Error& e) {
-      err << args.first() << ": " << e.what() << "\n";  // the message names the --autocast value
+      const QString why = QString::fromUtf8(e.what());
+      err << args.first() << ": " << (why.startsWith("--autocast") ? why : "--autocast " + a + ": " + why) << "\n";
       return kExitUsage;
     }
   }

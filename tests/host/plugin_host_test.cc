@@ -224,6 +224,30 @@ TEST(PluginHost, RejectsEveryBadBundleWithItsReasonAndLeavesNothingRegistered) {
   EXPECT_TRUE(ops::allclose(mymuladd(ops::ones({3}), ops::ones({3}), 2.0), ops::full({3}, 3.0)));
 }
 
+// Entries named like libraries that are not files to read: each gets a row in the
+// host's view saying why (none before), nothing blocks on a FIFO, and the good
+// bundle beside them loads.
+TEST(PluginHost, AFifoASymlinkToNothingAndALoopAreRowsWithTheirReason) {
+  Env env;
+  env.add(plugin("mylib"));
+  ASSERT_EQ(::mkfifo((env.dir + "/libfifo.so").toLocal8Bit().constData(), 0600), 0);
+  ASSERT_EQ(::symlink("libmissing.so", (env.dir + "/libghost.so").toLocal8Bit().constData()), 0);
+  ASSERT_EQ(::symlink("libloop_b.so", (env.dir + "/libloop_a.so").toLocal8Bit().constData()), 0);
+  ASSERT_EQ(::symlink("libloop_a.so", (env.dir + "/libloop_b.so").toLocal8Bit().constData()), 0);
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  EXPECT_EQ(host.loaded().count("mylib"), 1u);
+  std::map<std::string, db::HostBundleRow> rows;
+  for (auto& r : host.view()) rows[QFileInfo(QString::fromStdString(r.path)).fileName().toStdString()] = r;
+  ASSERT_EQ(rows.count("libfifo.so"), 1u);
+  EXPECT_EQ(rows["libfifo.so"].state, "rejected");
+  EXPECT_THAT(rows["libfifo.so"].reason, HasSubstr("not a regular file (a FIFO, socket or device)"));
+  EXPECT_THAT(rows["libghost.so"].reason, HasSubstr("a symbolic link that leads nowhere"));
+  EXPECT_THAT(rows["libloop_a.so"].reason, HasSubstr("a symbolic link that leads nowhere"));
+  EXPECT_THAT(rows["libloop_b.so"].reason, HasSubstr("go round in a loop"));
+  EXPECT_EQ(rows["libmylib.so"].state, "loaded");
+}
+
 // The host's own namespace (core) needs no bundle to define it: a bundle that lists
 // it in "implements" loads, and its rule for a core op goes with it.
 TEST(PluginHost, ABundleMayImplementTheHostsOwnNamespace) {
