@@ -91,6 +91,11 @@ TEST(CoreOps, ArithmeticBroadcastsAndPromotes) {
   EXPECT_TRUE(ops::add(from_vector<bool>({false, false}), ones({2}, kBool), false).equal(zeros({2}, kBool)));
   EXPECT_THAT(errorOf([] { ops::add(ones({1}, kBool), ones({1}, kBool), 0.5); }), HasSubstr("alpha must not be a floating point"));
   EXPECT_TRUE(ops::add(ones({2}, kBool), zeros({2}, kBool)).equal(ones({2}, kBool)));  // logical or
+  // float16 / bfloat16 on CPU as ATen: alpha becomes the result's type, and alpha * b is
+  // rounded before the sum (both give 2048, 256 there; one rounding would give 2050, 258).
+  EXPECT_EQ(ops::add(full({1}, 2048.0, kFloat16), 1.0, 1.0004).item().toDouble(), 2048.0);
+  EXPECT_EQ(ops::add(full({1}, 256.0, kBFloat16), ones({1}, kBFloat16), 1.003).item().toDouble(), 256.0);
+  EXPECT_EQ(ops::sub(full({1}, 3.0, kFloat16), ones({1}, kFloat16), 0.5).item().toDouble(), 2.5);
 }
 
 TEST(CoreOps, UnaryOps) {

@@ -168,12 +168,29 @@ T applyAlpha(T b, const Scalar& alpha) {
   else return b * alpha.to<T>();
 }
 
-Tensor addImpl(const Tensor& a, const Tensor& b, const Scalar& alpha, ScalarType dtype, bool compute, bool negate) {
+// As ATen's CPU add for float16 and bfloat16: alpha is first a value of the result's
+// type, and alpha * b is rounded to it before the sum (ATen computes `a + alpha * b`
+// in c10::Half, each step rounded), so add(2048, 1, alpha=1.0004) is 2048 as there.
+template <typename R>
+float roundedTo(float v) {
+  return static_cast<float>(R(v));
+}
+
+Tensor addImpl(const Tensor& a, const Tensor& b, const Scalar& alpha_in, ScalarType dtype, bool compute,
+               bool negate) {
   const char* name = negate ? "core::sub" : "core::add";
-  detail::checkAlpha(name, dtype, alpha);
+  detail::checkAlpha(name, dtype, alpha_in);
+  const bool half = dtype == ScalarType::Half, bf16 = dtype == ScalarType::BFloat16;
+  const Scalar alpha = half   ? Scalar(static_cast<double>(roundedTo<Half>(static_cast<float>(alpha_in.toDouble()))))
+                       : bf16 ? Scalar(static_cast<double>(roundedTo<BFloat16>(static_cast<float>(alpha_in.toDouble()))))
+                              : alpha_in;
   return binaryKernel(name, a, b, dtype, compute, [&](auto x, auto y) {
     using T = decltype(x);
-    const T scaled = applyAlpha(y, alpha);
+    T scaled = applyAlpha(y, alpha);
+    if constexpr (std::is_same_v<T, float>) {
+      if (half) scaled = roundedTo<Half>(scaled);
+      else if (bf16) scaled = roundedTo<BFloat16>(scaled);
+    }
     if constexpr (std::is_same_v<T, bool>) return static_cast<bool>(x || scaled);
     else return negate ? static_cast<T>(x - scaled) : static_cast<T>(x + scaled);
   });
