@@ -800,6 +800,12 @@ int runKernelCommand(const QStringList& args) {
     std::vector<std::string> known = liveOperatorNames();
     for (const auto& o : store.operators()) known.push_back(o.name);
     QString warning;
+    if (std::find(known.begin(), known.end(), op.str()) == known.end() && op.name.rfind("core::", 0) == 0) {
+      // The host's own namespace: no bundle will ever define it (bundle.json may not).
+      err << "error: " << q(op.str()) << " is not one of the host's core:: operators; nothing was changed"
+          << q(didYouMean(op.str(), known)) << "\n";
+      return kExitInvalidInput;
+    }
     if (std::find(known.begin(), known.end(), op.str()) == known.end()) {
       warning = "warning: no loaded bundle defines " + q(op.str()) + " (as recorded in " + storeOption(parser) +
                 "); the change is kept and applies when a bundle that defines it loads" +

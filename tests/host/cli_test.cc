@@ -896,6 +896,11 @@ TEST(AdminCommands, TogglesAndPinsCheckTheirNamesAndSayWhatWillHappen) {
   r = run("kernel disable core::add.Tensor cpu --actor ann" + db);  // a builtin op: no warning
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("warning")));
+  // core:: is the host's: an op that is not among its operators never will be.
+  r = run("kernel disable core::add cpu --actor ann" + db);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("error: core::add is not one of the host's core:: operators; nothing was changed"));
+  EXPECT_THAT(r.out, HasSubstr("core::add.Tensor"));
   // A known op with nothing at that key: kept, and said so, with the keys it has.
   r = run("kernel disable core::add.Tensor fake --actor ann" + db);
   EXPECT_EQ(r.status, 0) << r.out;
