@@ -23,8 +23,9 @@
 
 #include <cerrno>
 #include <climits>
-#include <csignal>
+#include <fcntl.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -60,28 +61,35 @@ bool isSemanticVersion(const QString& s) {
 
 namespace {
 
-// Removes the bundle caches of this user's processes that died without removing
-// theirs (killed, or gone on SIGPIPE): each cache names its process, so one whose
-// process is gone is found. A name without a live pid of ours is left alone (another
-// user's, or a pid reused since: it goes the next time).
+// Note [Reaping bundle caches]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A process that loads bundles copies them to its own cache directory (Note [The
+// load transaction], step 2), which QTemporaryDir removes when the process exits.
+// One that is killed (SIGKILL, or SIGPIPE from `strata serve | head`) leaves it
+// behind. So each cache holds a `.lock` its process keeps an exclusive flock on for
+// its whole life (the kernel drops it when the process dies, however it dies), and
+// the next process that makes a cache removes every cache of this user's whose lock
+// it can take. A lock, not a pid: pids are reused, and containers sharing /tmp see
+// each other's pids as other processes or none. A cache without a lock file (made an
+// instant ago, or by an older Strata) is left alone.
 void reapStaleBundleCaches(const QString& tmp) {
-  static const QRegularExpression name("^strata-bundles-([0-9]+)-[A-Za-z0-9]{6}$");
+  static const QRegularExpression name("^strata-bundles-[0-9]+-[A-Za-z0-9]{6}$");
   const QFileInfoList entries = QDir(tmp).entryInfoList({"strata-bundles-*"}, QDir::Dirs | QDir::NoDotAndDotDot);
   for (const QFileInfo& fi : entries) {
-    const QRegularExpressionMatch m = name.match(fi.fileName());
-    if (!m.hasMatch() || fi.isSymLink() || fi.ownerId() != ::getuid()) continue;
-    bool ok = false;
-    const qint64 pid = m.captured(1).toLongLong(&ok);
-    if (!ok || pid <= 0 || pid > INT32_MAX || pid == QCoreApplication::applicationPid()) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to ask)
-    QDir(fi.absoluteFilePath()).removeRecursively();
+    if (!name.match(fi.fileName()).hasMatch() || fi.isSymLink() || fi.ownerId() != ::getuid()) continue;
+    const QByteArray lock = QFile::encodeName(fi.absoluteFilePath() + "/.lock");
+    const int fd = ::open(lock.constData(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) QDir(fi.absoluteFilePath()).removeRecursively();  // its owner is gone
+    ::close(fd);
   }
 }
 
 // The private copies of this process's bundles (Note [The load transaction], step
 // 2), shared by its hosts so one file is mapped once. Removed when the process
-// exits: the libraries stay mapped, and Linux keeps an unlinked file's pages. Named
-// by the process, so that a later process removes it if this one is killed.
+// exits: the libraries stay mapped, and Linux keeps an unlinked file's pages. Locked
+// for the process's life, so a later process removes it if this one is killed
+// (Note [Reaping bundle caches]).
 const QTemporaryDir& bundleCache() {
   static const QString tmp = [] {
     const QString t = QStandardPaths::writableLocation(QStandardPaths::TempLocation);
@@ -90,6 +98,14 @@ const QTemporaryDir& bundleCache() {
   }();
   static const QTemporaryDir cache(tmp + "/strata-bundles-" + QString::number(QCoreApplication::applicationPid()) +
                                    "-XXXXXX");
+  static const bool locked = [] {
+    if (!cache.isValid()) return false;
+    const QByteArray lock = QFile::encodeName(cache.filePath(".lock"));
+    const int fd = ::open(lock.constData(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    // Held until the process exits: the descriptor is never closed.
+    return fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  }();
+  (void)locked;
   return cache;
 }
 
@@ -511,7 +527,15 @@ QStringList PluginHost::sync() {
   auto pass = [&] {
     if (store_ != nullptr) {
       data_version_ = store_->dataVersion();
+      const int64_t before = last_applied_;
       last_applied_ = store_->latestChange();  // read before applying: a later change is applied next time
+      // An admin's pin, unpin, disable, enable or trust of a bundle tries its failed
+      // files again (Note [Choosing a version]): 'strata plugins enable NAME' is the
+      // way to say "what it needed is there now".
+      if (!unloadable_.empty() && last_applied_ != before) {
+        const std::set<std::string> names = store_->changedTargets(before, {"pin", "bundle", "trust"});
+        std::erase_if(unloadable_, [&](const auto& u) { return names.count(u.second.name.toStdString()) != 0; });
+      }
     }
     applyKernelStates();
     what += rescan();
@@ -605,7 +629,6 @@ QStringList PluginHost::rescan() {
   // first is chosen, the rest are what a failed load falls back to.
   std::map<QString, const BundleFile*> chosen;
   std::map<QString, std::vector<const BundleFile*>> fallbacks;
-  std::map<QString, QString> pin_notes;  // name -> why the pin did not decide
   std::set<const BundleFile*> rejected_now;
   for (auto& [name, list] : by_name) {
     std::sort(list.begin(), list.end(),
@@ -615,29 +638,22 @@ QStringList PluginHost::rescan() {
       for (const auto* f : list) record(*f, "disabled", why);
       continue;
     }
-    std::vector<const BundleFile*> order;
+    // A file that failed, as things stand, goes last: tried only if nothing before it
+    // loads, so it never displaces the running version (which is never among them).
+    std::vector<const BundleFile*> order, known_bad;
+    const auto running = loaded_.find(name);
     for (const auto* f : list) {
-      if (auto u = unloadable_.find(f->sha256);
-          u != unloadable_.end() && (!u->second.others || *u->second.others == othersLoaded(*f->metadata))) {
-        record(*f, "rejected", u->second.reason);
-        rejected_now.insert(f);
-      } else {
-        order.push_back(f);
-      }
+      const bool is_running = running != loaded_.end() && running->second.sha256 == f->sha256;
+      const auto u = unloadable_.find(f->sha256);
+      (u != unloadable_.end() && !is_running && u->second.stillFails(*this) ? known_bad : order).push_back(f);
     }
     if (auto it = pins.find(name.toStdString()); it != pins.end()) {
       const QString pinned = q(it->second);
       auto p = std::find_if(order.begin(), order.end(),
                             [&](const BundleFile* f) { return f->metadata->version_text == pinned; });
-      if (p != order.end()) {
-        std::rotate(order.begin(), p, p + 1);
-      } else {
-        const bool there = std::any_of(list.begin(), list.end(),
-                                       [&](const BundleFile* f) { return f->metadata->version_text == pinned; });
-        pin_notes[name] = "pinned to " + pinned +
-                          (there ? ", which cannot load" : ", which is not in the plugin directory");
-      }
+      if (p != order.end()) std::rotate(order.begin(), p, p + 1);  // else the highest: the rows say why
     }
+    order.insert(order.end(), known_bad.begin(), known_bad.end());
     if (order.empty()) continue;
     chosen[name] = order.front();
     fallbacks[name].assign(order.begin() + 1, order.end());
@@ -689,11 +705,20 @@ QStringList PluginHost::rescan() {
   }
   std::set<QString> failed;
   // A version that cannot load gives way to the next one to try, if any; then the
-  // name has failed, and so have the bundles that implement what it defines.
-  auto give_up = [&](std::map<QString, const BundleFile*>::iterator it) {
+  // name has failed, and so have the bundles that implement what it defines. What
+  // the failed version would have defined is forgotten: its dependents see what the
+  // next one defines. Unless remember is false (a failure of the host's, not the
+  // file's), the file is not tried again while the other bundles stay as they end
+  // this rescan (Note [Choosing a version]).
+  auto give_up = [&](std::map<QString, const BundleFile*>::iterator it, bool remember, const QString& why) {
     const QString name = it->first;
-    rejected_now.insert(it->second);
+    const BundleFile* failed_file = it->second;
+    rejected_now.insert(failed_file);
+    if (remember && !unloadable_.count(failed_file->sha256)) {
+      unloadable_[failed_file->sha256] = {name, failed_file->metadata->defines, why, false, std::nullopt};
+    }
     it = pending.erase(it);
+    for (auto d = definer.begin(); d != definer.end();) d = d->second == name ? definer.erase(d) : std::next(d);
     auto& next = fallbacks[name];
     if (next.empty()) {
       failed.insert(name);
@@ -708,6 +733,18 @@ QStringList PluginHost::rescan() {
     }
     return it;
   };
+  // Whether a bundle still pending could yet define ns, in its chosen version or one
+  // it falls back to: its dependents wait for it rather than give up.
+  auto could_define = [&](const QString& ns) {
+    for (const auto& [name, f] : pending) {
+      if (failed.count(name)) continue;
+      if (f->metadata->defines.contains(ns)) return true;
+      for (const auto* g : fallbacks[name]) {
+        if (g->metadata->defines.contains(ns)) return true;
+      }
+    }
+    return false;
+  };
   while (!pending.empty()) {
     bool progress = false;
     for (auto it = pending.begin(); it != pending.end();) {
@@ -716,14 +753,18 @@ QStringList PluginHost::rescan() {
       for (const auto& ns : f.metadata->implements) {
         auto d = definer.find(ns);
         if (d == definer.end() && definedByTheHost(ns)) continue;  // `core`: always there, no bundle to wait for
-        if (d == definer.end() || failed.count(d->second)) missing = ns;
-        else if (loaded_.count(d->second) == 0 && d->second != it->first) blocked = ns;
+        if (d == definer.end() || failed.count(d->second)) {
+          if (could_define(ns)) blocked = ns;
+          else missing = ns;
+        } else if (loaded_.count(d->second) == 0 && d->second != it->first) {
+          blocked = ns;
+        }
       }
       if (!missing.isEmpty()) {
         const QString why = "implements namespace '" + missing + "', which no loaded bundle defines";
         record(f, "rejected", why);
         what << "rejected " + it->first + "@" + f.metadata->version_text + ": " + why;
-        it = give_up(it);
+        it = give_up(it, true, why);
         progress = true;
         continue;
       }
@@ -741,7 +782,7 @@ QStringList PluginHost::rescan() {
       if (!taken.isEmpty()) {
         record(f, "rejected", taken);
         what << "rejected " + it->first + "@" + f.metadata->version_text + ": " + taken;
-        it = give_up(it);
+        it = give_up(it, true, taken);
         progress = true;
         continue;
       }
@@ -751,18 +792,39 @@ QStringList PluginHost::rescan() {
         it = pending.erase(it);
       } else {
         what << "rejected " + it->first + "@" + f.metadata->version_text + ": " + error;
-        it = give_up(it);
+        it = give_up(it, false, error);  // load() remembered it, or not (a failure of the host's)
       }
       progress = true;
     }
     if (!progress) {  // a cycle: everything left waits on something else left
-      for (const auto& [name, f] : pending) {
-        record(*f, "rejected", "its namespace dependencies form a cycle");
-        rejected_now.insert(f);
-        what << "rejected " + name + ": dependency cycle";
+      const QString why = "its namespace dependencies form a cycle";
+      // Those with another version to try give way to it (the one before an upgrade
+      // that made the cycle), and the rest try again; without any, all are rejected.
+      bool retry = false;
+      for (auto it = pending.begin(); it != pending.end();) {
+        if (fallbacks[it->first].empty()) {
+          ++it;
+          continue;
+        }
+        record(*it->second, "rejected", why);
+        what << "rejected " + it->first + "@" + it->second->metadata->version_text + ": dependency cycle";
+        it = give_up(it, true, why);
+        retry = true;
+      }
+      if (retry) continue;
+      for (auto it = pending.begin(); it != pending.end();) {
+        record(*it->second, "rejected", why);
+        what << "rejected " + it->first + "@" + it->second->metadata->version_text + ": dependency cycle";
+        it = give_up(it, true, why);
       }
       break;
     }
+  }
+  // What failed for a reason other bundles may change is tried again once they do:
+  // compared with the bundles loaded now, at the end of the rescan, the set the next
+  // rescan starts from (Note [Choosing a version]).
+  for (auto& [sha, u] : unloadable_) {
+    if (!u.content_only && !u.others) u.others = othersLoaded(u.name, u.defines);
   }
   // The versions not loaded and not rejected, and the note a pin that did not decide
   // leaves on the loaded one (Note [Choosing a version]).
@@ -774,23 +836,25 @@ QStringList PluginHost::rescan() {
       if (l != loaded_.end() && f->sha256 == l->second.sha256) running = f;
     }
     const auto pin = pins.find(name.toStdString());
-    const auto note = pin_notes.find(name);
-    QString why;
-    if (note != pin_notes.end()) {
-      why = running != nullptr ? note->second + "; " + name + "@" + running->metadata->version_text + " runs instead"
-                               : note->second;
-    } else if (pin != pins.end() && running != nullptr && running->metadata->version_text != q(pin->second)) {
-      why = "superseded by " + name + "@" + running->metadata->version_text + " (pinned to " + q(pin->second) +
-            ", which cannot load)";
-    } else if (pin != pins.end()) {
-      why = "not the pinned version (" + q(pin->second) + ")";
-    } else if (running != nullptr) {
-      why = "superseded by " + name + "@" + running->metadata->version_text;
-    } else {
-      why = "not tried: no version of " + name + " loads";
+    // A pin that did not decide: its version is not there, or it cannot load.
+    QString pin_note;
+    if (pin != pins.end() && (running == nullptr || running->metadata->version_text != q(pin->second))) {
+      const bool there = std::any_of(list.begin(), list.end(),
+                                     [&](const BundleFile* f) { return f->metadata->version_text == q(pin->second); });
+      pin_note = "pinned to " + q(pin->second) + (there ? ", which cannot load" : ", which is not in the plugin directory");
+      if (running != nullptr) pin_note += "; " + name + "@" + running->metadata->version_text + " runs instead";
     }
+    QString why;
+    if (!pin_note.isEmpty()) why = pin_note;
+    else if (pin != pins.end()) why = "not the pinned version (" + q(pin->second) + ")";
+    else if (running != nullptr) why = "superseded by " + name + "@" + running->metadata->version_text;
+    else why = "not tried: no version of " + name + " loads";
     for (const auto* f : list) {
       if (f == running || rejected_now.count(f)) continue;
+      if (auto u = unloadable_.find(f->sha256); u != unloadable_.end()) {  // not tried again this time
+        record(*f, "rejected", u->second.reason);
+        continue;
+      }
       if (running != nullptr && f->metadata->version_text == running->metadata->version_text) {
         // Two builds that both say name@version: only one can be that version.
         record(*f, "superseded", "another file, " + QFileInfo(running->path).fileName() + ", is " + name + "@" +
@@ -802,8 +866,7 @@ QStringList PluginHost::rescan() {
     }
     if (running != nullptr) {
       const QString& was = l->second.note;
-      const QString pinned_note = note != pin_notes.end() ? why : QString();
-      const QString reason = pinned_note.isEmpty() ? was : was.isEmpty() ? pinned_note : pinned_note + "; " + was;
+      const QString reason = pin_note.isEmpty() ? was : was.isEmpty() ? pin_note : pin_note + "; " + was;
       // Only when it changed: recording a loaded row stamps its last_loaded.
       if (auto v = view_.find(viewKey(*running)); v == view_.end() || q(v->second.reason) != reason) {
         record(*running, "loaded", reason);
@@ -827,16 +890,20 @@ QStringList PluginHost::rescan() {
 
 // The loaded bundles a bundle's registrations could clash with: all but itself (any
 // version) and those that implement a namespace it defines (Note [Choosing a version]).
-QString PluginHost::othersLoaded(const BundleMetadata& m) const {
+QString PluginHost::othersLoaded(const QString& bundle, const QStringList& defines) const {
   QStringList out;
   for (const auto& [name, l] : loaded_) {
-    if (name == m.name) continue;
-    if (std::any_of(l.implements.begin(), l.implements.end(), [&](const QString& ns) { return m.defines.contains(ns); })) {
+    if (name == bundle) continue;
+    if (std::any_of(l.implements.begin(), l.implements.end(), [&](const QString& ns) { return defines.contains(ns); })) {
       continue;
     }
     out << name + "@" + l.sha256;
   }
   return out.join(',');
+}
+
+bool PluginHost::Unloadable::stillFails(const PluginHost& host) const {
+  return content_only || (others && *others == host.othersLoaded(name, defines));
 }
 
 bool PluginHost::load(const BundleFile& f, QString* error) {
@@ -846,8 +913,8 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
   enum Remember { never, always, while_others_same };
   auto reject = [&](const QString& why, Remember remember = always) {
     *error = why;
-    if (remember == always) unloadable_[f.sha256] = {why, std::nullopt};
-    if (remember == while_others_same) unloadable_[f.sha256] = {why, othersLoaded(m)};
+    // while_others_same: its fingerprint of the other bundles is taken when the rescan ends.
+    if (remember != never) unloadable_[f.sha256] = {m.name, m.defines, why, remember == always, std::nullopt};
     record(f, "rejected", why);  // which logs it
     return false;
   };
@@ -967,6 +1034,7 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
   l.registrar = std::move(registrar);
   l.seq = ++load_seq_;
   l.note = check_note;
+  unloadable_.erase(f.sha256);  // loads now (the other bundles changed): forget that it failed
   record(f, "loaded", check_note);
   recordRegistrations(l);
   qCInfo(lcHost).noquote() << "loaded" << m.name + "@" + m.version_text << "from" << f.path;
@@ -1118,12 +1186,26 @@ void PluginHost::serve(const db::HostRow& me_in, int poll_ms) {
 // Every bundle file present is watched, not only the loaded ones: a file still being
 // copied in when a rescan rejected it is rescanned once its bytes stop changing, and
 // one replaced in place is seen.
+// Only what changed is added or removed: a watch removed and added again would drop
+// the events queued for it (the last write of a copy). A FIFO, a link to nothing or an
+// unreadable file is not watched (inotify refuses most of them, with a warning).
 void PluginHost::watchFiles() {
-  const QStringList files = watcher_->files();
-  if (!files.isEmpty()) watcher_->removePaths(files);
-  QStringList paths;
-  for (const auto& [_, row] : view_) paths << q(row.path);
-  if (!paths.isEmpty()) watcher_->addPaths(paths);
+  std::set<QString> want;
+  for (const auto& [_, row] : view_) {
+    const QFileInfo fi(q(row.path));
+    if (fi.isFile() && fi.isReadable()) want.insert(fi.absoluteFilePath());
+  }
+  const QStringList have_list = watcher_->files();
+  const std::set<QString> have(have_list.begin(), have_list.end());
+  QStringList add, remove;
+  for (const QString& p : want) {
+    if (!have.count(p)) add << p;
+  }
+  for (const QString& p : have) {
+    if (!want.count(p)) remove << p;
+  }
+  if (!remove.isEmpty()) watcher_->removePaths(remove);
+  if (!add.isEmpty()) watcher_->addPaths(add);
 }
 
 // A watched directory that is removed drops out of the watch list: once it is back

@@ -38,20 +38,29 @@
 // ~~~~~~~~~~~~~~~~~~~~~~~~~
 // Several versions of a bundle may sit in the directory. Each rescan tries them in
 // order until one loads: the pinned version first when it is there (a pin to a
-// version that is not there does not take effect, and every row says so), then
-// the others, highest first. So a new version that fails to load never takes the
-// bundle down: the version that ran before loads again, and its dependents with
-// it (the old one is unloaded first, as for any upgrade: two versions define the
-// same namespaces and cannot be registered side by side). A file whose load failed
-// is remembered by its sha256, with the reason, and not tried again by this host
-// while that content is there, so the next rescan (an admin's kernel toggle, another
-// bundle arriving) leaves the running version alone. A new build of the file is new
-// content, and is tried. A failure of its registrations may come from another
-// bundle's (a kernel it may not override), so that one is tried again once the
-// other loaded bundles change (those that implement its namespaces aside: they
-// reload with whichever version loads). Failures that depend on the rest of the
-// directory (a namespace no bundle defines, or one another bundle already defines)
-// or on the host (the bundle cache) are not remembered.
+// version that is not there, or that cannot load, does not decide, and every row
+// says so), then the others, highest first. So a new version that fails to load
+// never takes the bundle down: the version that ran before loads again, and its
+// dependents with it (the old one is unloaded first, as for any upgrade: two
+// versions define the same namespaces and cannot be registered side by side). A
+// dependent whose namespace only a version still to be tried defines waits for it.
+// Two versions in a dependency cycle give way to the ones before them.
+//
+// A file that failed is remembered by its sha256, with the reason, and goes last in
+// later rescans' order, so the running version is never unloaded for it again (a
+// kernel toggle, another bundle arriving: each rescan would otherwise bounce it). It
+// is tried again when:
+//   - its contents change (a new build is a new sha256);
+//   - nothing before it loads (the only version of a bundle is always tried);
+//   - for a failure that other bundles can cause (its registrations clashed, a
+//     namespace it needs is not defined or one it defines is taken, a cycle, a
+//     failed check), the other loaded bundles differ from those loaded when the
+//     rescan that failed it ended (its own dependents aside: they come and go with
+//     it);
+//   - an admin pins, unpins, disables, enables or trusts the bundle: `strata
+//     plugins enable NAME` says "what it needed is there now" (a library it links
+//     that was missing, say).
+// A failure of the host's own (the bundle cache) is not remembered.
 #pragma once
 
 #include <QFileSystemWatcher>
@@ -244,11 +253,15 @@ class PluginHost : public QObject {
   // same and, for a failure of its registrations, while the other bundles it could
   // have clashed with are the same (Note [Choosing a version]).
   struct Unloadable {
+    QString name;          // the bundle's
+    QStringList defines;   // the namespaces it defines
     QString reason;
-    std::optional<QString> others;  // othersLoaded() when it failed; none: its content alone failed
+    bool content_only;     // its contents alone fail (the ABI, not a bundle, static registrations)
+    std::optional<QString> others;  // othersLoaded() as the rescan that failed it ended
+    bool stillFails(const PluginHost& host) const;
   };
   std::map<QString, Unloadable> unloadable_;
-  QString othersLoaded(const BundleMetadata& m) const;
+  QString othersLoaded(const QString& bundle, const QStringList& defines) const;
   QueryHandler query_handler_;
 };
 

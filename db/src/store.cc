@@ -852,6 +852,16 @@ int64_t Store::latestChange() {
   return s.step() ? s.integer(0) : 0;
 }
 
+std::set<std::string> Store::changedTargets(int64_t after, const std::vector<std::string>& kinds) {
+  Stmt s = prepare("SELECT kind, target FROM changes WHERE id > ?");
+  s.bind(after);
+  std::set<std::string> out;
+  while (s.step()) {
+    if (std::find(kinds.begin(), kinds.end(), s.text(0)) != kinds.end()) out.insert(s.text(1));
+  }
+  return out;
+}
+
 // --- Hosts ---
 
 // Note [What each host runs]

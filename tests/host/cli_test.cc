@@ -10,6 +10,8 @@
 #include <iterator>
 #include <map>
 #include <string>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -166,8 +168,9 @@ TEST(CliTest, UsageErrorsExitTwo) {
   std::filesystem::remove_all(dir);
 }
 
-// A process that loads bundles copies them to a cache named by its pid; one killed
-// leaves its cache behind, and the next process removes it (and only it).
+// Note [Reaping bundle caches]: a process that loads bundles copies them to a cache
+// it keeps locked; one killed leaves the cache behind, unlocked, and the next process
+// removes it, and only it: not one whose lock is held, nor one without a lock file.
 TEST(CliTest, ABundleCacheLeftByADeadProcessIsRemovedByTheNext) {
   char tmpl[] = "/tmp/strata-reap-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
@@ -175,26 +178,27 @@ TEST(CliTest, ABundleCacheLeftByADeadProcessIsRemovedByTheNext) {
   std::filesystem::create_directories(tmp);
   std::filesystem::create_directories(plugins);
   std::filesystem::copy_file(STRATA_PLUGIN_BUILD_DIR "/libmylib.so", plugins + "/libmylib.so");
-  const pid_t dead = fork();
-  if (dead == 0) _exit(0);
-  ASSERT_GT(dead, 0);
-  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
-  const std::string stale = tmp + "/strata-bundles-" + std::to_string(dead) + "-AbC123";
-  const std::string live = tmp + "/strata-bundles-" + std::to_string(::getpid()) + "-AbC123";
-  const std::string unnamed = tmp + "/strata-bundles-AbC123";  // no pid: not ours to judge
-  for (const auto& d : {stale, live, unnamed}) {
+  const std::string stale = tmp + "/strata-bundles-123-AbC123";  // its process is gone: the lock is free
+  const std::string held = tmp + "/strata-bundles-456-AbC123";   // alive (this test holds its lock)
+  const std::string unlocked = tmp + "/strata-bundles-789-AbC123";  // no lock file: not ours to judge
+  for (const auto& d : {stale, held, unlocked}) {
     std::filesystem::create_directories(d);
     std::ofstream(d + "/copy.so") << "bytes";
   }
+  std::ofstream(stale + "/.lock") << "";
+  const int held_fd = ::open((held + "/.lock").c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(held_fd, 0);
+  ASSERT_EQ(::flock(held_fd, LOCK_EX | LOCK_NB), 0);
   const Result r = run("plugins list --plugins " + plugins + " --db " + dir + "/s.db", "", "TMPDIR=" + tmp);
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("mylib"));
   EXPECT_FALSE(std::filesystem::exists(stale));
-  EXPECT_TRUE(std::filesystem::exists(live + "/copy.so"));
-  EXPECT_TRUE(std::filesystem::exists(unnamed + "/copy.so"));
+  EXPECT_TRUE(std::filesystem::exists(held + "/copy.so"));
+  EXPECT_TRUE(std::filesystem::exists(unlocked + "/copy.so"));
   size_t left = 0;
   for (const auto& e : std::filesystem::directory_iterator(tmp)) left += e.is_directory();
   EXPECT_EQ(left, 2u);  // the command's own cache went with it
+  ::close(held_fd);
   std::filesystem::remove_all(dir);
 }
 

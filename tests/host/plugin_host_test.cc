@@ -664,6 +664,64 @@ TEST(PluginHost, AHostStartingBesideABrokenNewestVersionLoadsTheNext) {
   EXPECT_TRUE(ops::allclose(mymuladd(ops::ones({3}), ops::ones({3}), 2.0), ops::full({3}, 3.0)));
 }
 
+// Note [Choosing a version]: whatever makes the newest version fail, once the running
+// version is back, later rescans leave it alone (no unload and reload per rescan):
+// a namespace no one defines, a dependency cycle, and a failure while the bundle has
+// dependents of dependents. An admin's change to the bundle tries the file again.
+TEST(PluginHost, NoFailureMakesLaterRescansBounceTheRunningVersion) {
+  struct Case {
+    const char* newer;
+    std::vector<const char*> others;
+    const char* why;
+  };
+  const Case cases[] = {
+      {"muladd_1_3_0_orphan", {}, "implements namespace 'ghost', which no loaded bundle defines"},
+      {"muladd_1_4_0_cycle", {"cyc_b"}, "its namespace dependencies form a cycle"},
+      {"muladd_1_2_0_broken", {"chain_b", "chain_c"}, "muladd 1.2.0 is broken"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.newer);
+    Env env;
+    env.add(plugin("muladd_1_1_0"));
+    for (const char* o : c.others) env.add(testBundle(o));
+    env.add(testBundle(c.newer));
+    PluginHost host(env.dir, env.store.get());
+    const QStringList first = host.sync();
+    ASSERT_EQ(host.loaded().count("muladd"), 1u) << first.join("\n").toStdString();
+    EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
+    for (const char* o : c.others) EXPECT_EQ(host.loaded().count(o), 1u) << o << ": " << first.join("\n").toStdString();
+    EXPECT_EQ(env.row("lib" + std::string(c.newer) + ".so").state, "rejected");
+    EXPECT_THAT(env.row("lib" + std::string(c.newer) + ".so").reason, HasSubstr(c.why));
+    std::map<QString, uint64_t> seqs;
+    for (const auto& [name, l] : host.loaded()) seqs[name] = l.seq;
+    const QStringList again = host.sync();
+    EXPECT_TRUE(again.isEmpty()) << again.join("\n").toStdString();
+    for (const auto& [name, l] : host.loaded()) EXPECT_EQ(l.seq, seqs[name]) << name.toStdString();
+    // 'strata plugins enable muladd' (not disabled): the failed file is tried again.
+    env.store->setBundleDisabled("muladd", false, "", "ann");
+    const QStringList retried = host.sync();
+    EXPECT_THAT(retried.join("\n").toStdString(), HasSubstr("rejected muladd@"));
+    EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
+    EXPECT_TRUE(host.sync().isEmpty());
+  }
+}
+
+// A dependent waits for the version its definer falls back to, when that one is the
+// version that defines what it needs (the newer one, which fails, does not).
+TEST(PluginHost, ADependentWaitsForTheVersionItsDefinerFallsBackTo) {
+  Env env;
+  env.add(plugin("flop_counter"));  // implements extension_cpp; sorts before muladd
+  env.add(plugin("muladd_1_1_0"));
+  env.add(testBundle("muladd_1_5_0_broken"));  // defines muladd_next only
+  PluginHost host(env.dir, env.store.get());
+  const QStringList what = host.sync();
+  ASSERT_EQ(host.loaded().count("muladd"), 1u) << what.join("\n").toStdString();
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
+  EXPECT_EQ(host.loaded().count("flop_counter"), 1u) << what.join("\n").toStdString();
+  EXPECT_EQ(env.row("libflop_counter.so").state, "loaded");
+  EXPECT_THAT(env.row("libmuladd_1_5_0_broken.so").reason, HasSubstr("muladd 1.5.0 is broken"));
+}
+
 // A disabled bundle's row says why, in the admin's words, to every host's view.
 TEST(PluginHost, ADisabledBundleShowsTheReasonTheAdminGave) {
   Env env;

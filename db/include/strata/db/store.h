@@ -163,6 +163,9 @@ class Store {
   bool isTrusted(const std::string& sha256);
   // The newest change id (0 when none).
   int64_t latestChange();
+  // The targets of the changes after `after` (up to the latest) of the given kinds
+  // ("kernel", "pin", "bundle", "trust"): for a bundle change, its name.
+  std::set<std::string> changedTargets(int64_t after, const std::vector<std::string>& kinds);
 
   // --- Running hosts. ---
   // Registers (or re-registers) row.id; forgets hosts dead for kHostAgeOutSeconds.
