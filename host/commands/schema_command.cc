@@ -6,6 +6,9 @@
 
 #include <cstdio>
 
+#include <iostream>
+#include <string>
+
 #include "commands/commands.h"
 #include "schema_json.h"
 #include "strata/schema.h"
@@ -65,11 +68,26 @@ int runSchemaCommand(const QStringList& args) {
     for (const QString& s : inputs) all_valid = canonicalize(s, json, out) && all_valid;
     return all_valid ? kExitOk : kExitInvalidInput;
   }
-  QTextStream in(stdin);
-  QString line;
-  while (in.readLineInto(&line)) {
+  // Read as bytes: a line that is not UTF-8 is refused, not read with U+FFFD in it.
+  std::string raw;
+  for (int n = 1; std::getline(std::cin, raw); ++n) {
+    if (!raw.empty() && raw.back() == '\r') raw.pop_back();  // CRLF, as QTextStream read it
+    const QByteArray bytes = QByteArray::fromStdString(raw);
+    const QString line = QString::fromUtf8(bytes);
     const QString trimmed = line.trimmed();
     if (trimmed.isEmpty() || trimmed.startsWith('#')) continue;  // not an input
+    if (line.toUtf8() != bytes) {
+      if (json) {
+        out << QJsonDocument(QJsonObject{{"line", n}, {"ok", false},
+                                         {"error", QJsonObject{{"reason", "not valid UTF-8"}}}})
+                   .toJson(QJsonDocument::Compact)
+            << "\n";
+      } else {
+        out << "error: line " << n << " is not valid UTF-8\n";
+      }
+      all_valid = false;
+      continue;
+    }
     all_valid = canonicalize(line, json, out) && all_valid;
     out.flush();
   }

@@ -103,6 +103,10 @@ TEST(CliSchemaTest, InvalidInputPrintsTheColumnAndExitsOne) {
             "error: 11: unknown type 'Tensr'; common types are Tensor, SymInt, int, float, bool, str, Scalar, "
             "ScalarType, Device\n"
             "error: 16: expected a default of type int, got a string ('\"s\"')\n");
+  // A line that is not UTF-8 is refused by its number; CRLF lines read as lines.
+  const Result bytes = run("schema", "a::c(str x='\xc3\x28') -> ()\r\na::d(Tensor x) -> Tensor\r\n");
+  EXPECT_EQ(bytes.status, 1);
+  EXPECT_EQ(bytes.out, "error: line 1 is not valid UTF-8\na::d(Tensor x) -> Tensor\n");
 }
 
 TEST(CliSchemaTest, GarbageNeverCrashes) {
