@@ -422,6 +422,8 @@ Tensor LiteralParser::applyMethods(Tensor t, std::string_view methods, std::stri
     }
     STRATA_CHECK(t.numel() <= max_elements_, Value, "'", shortened(whole), "': more than ", max_elements_,
                  " elements, the most a command-line tensor literal may have");
+    STRATA_CHECK(t.dim() <= static_cast<int64_t>(kMaxLiteralDims), Value, "'", shortened(whole), "': .", name,
+                 "(...) makes ", t.dim(), " dims (a tensor literal has at most ", kMaxLiteralDims, " dims)");
   }
   return t;
 }

@@ -338,6 +338,12 @@ TEST(CliCallTest, BadArgumentsAreClearErrors) {
   EXPECT_THAT(r.out, HasSubstr("argument 'self' (position 0, Tensor): '[1,2': unbalanced brackets"));
   r = run("call core::sin '[[1,2],[3]]'");
   EXPECT_THAT(r.out, HasSubstr("ragged"));
+  // Methods cannot take a literal past the dims a literal may have.
+  std::string tall = "'ones(2)";
+  for (int i = 0; i < 70; ++i) tall += ".unsqueeze(0)";
+  r = run("call core::clone " + tall + "'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr(".unsqueeze(...) makes 65 dims (a tensor literal has at most 64 dims)"));
   // A number and a list at one depth, in either order, as torch.tensor refuses them.
   for (const char* ragged : {"'[1,[2]]'", "'[[1],2]'", "'[1,[2,3]]'", "'[[[1]],2]'", "'[[[]],1]'"}) {
     r = run(std::string("call core::clone ") + ragged);
