@@ -180,7 +180,9 @@ QString hostSummary(const db::HostRow& h, db::Store& store) {
   QString out = state;
   if (state == "stopped") out += " at " + q(h.stopped);
   else if (state == "dead") out += ": no heartbeat for " + seconds(h.seconds_since_heartbeat);
-  else out += ", heartbeat " + seconds(h.seconds_since_heartbeat) + " ago";
+  else if (h.seconds_since_heartbeat < -1) out += ", heartbeat " + seconds(-h.seconds_since_heartbeat) +
+                                               " in the future (its clock, or the store, is wrong)";
+  else out += ", heartbeat " + seconds(std::max(h.seconds_since_heartbeat, 0.0)) + " ago";
   out += "; pid " + QString::number(h.pid);
   if (!h.login.empty()) out += ", started by " + q(h.login);
   out += " at " + q(h.started);

@@ -646,9 +646,14 @@ TEST(HostsView, EachHostReportsWhatItRunsAndOnlyItWritesIt) {
                          "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-2 days')); INSERT INTO host_bundles VALUES "
                          "('ancient:2', 'x', 'x', '1.0.0', '/x', 'loaded', '')\"").c_str()),
             0);
+  ASSERT_EQ(std::system(("sqlite3 -cmd '.timeout 10000' " + db + " \"INSERT INTO hosts (id, pid, heartbeat) VALUES "
+                         "('skewed:3', 3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+3 hours'))\"").c_str()),
+            0);
   r = run("hosts --db " + db);
   EXPECT_THAT(r.out, HasSubstr("gone:1  dead: no heartbeat for "));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("ancient:2")));
+  EXPECT_THAT(r.out, HasSubstr("skewed:3  live, heartbeat 2 h in the future (its clock, or the store, is wrong)"));
+  ASSERT_EQ(std::system(("sqlite3 -cmd '.timeout 10000' " + db + " \"DELETE FROM hosts WHERE id = 'skewed:3'\"").c_str()), 0);
   ASSERT_EQ(std::system(("mkdir -p " + dir + "/c").c_str()), 0);
   ServeProcess c(dir + "/c", dir + "/pa", db);
   c.waitFor("ready.", 200);
