@@ -100,10 +100,12 @@ const QTemporaryDir& bundleCache() {
                                    "-XXXXXX");
   static const bool locked = [] {
     if (!cache.isValid()) return false;
-    const QByteArray lock = QFile::encodeName(cache.filePath(".lock"));
-    const int fd = ::open(lock.constData(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    // Locked under another name, then renamed: a reaper never sees an unlocked .lock.
+    const QByteArray tmp_lock = QFile::encodeName(cache.filePath(".lock.new"));
+    const int fd = ::open(tmp_lock.constData(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     // Held until the process exits: the descriptor is never closed.
-    return fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+    return fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+           ::rename(tmp_lock.constData(), QFile::encodeName(cache.filePath(".lock")).constData()) == 0;
   }();
   (void)locked;
   return cache;
@@ -652,12 +654,17 @@ QStringList PluginHost::rescan() {
       auto p = std::find_if(order.begin(), order.end(),
                             [&](const BundleFile* f) { return f->metadata->version_text == pinned; });
       if (p != order.end()) std::rotate(order.begin(), p, p + 1);  // else the highest: the rows say why
+      auto b = std::find_if(known_bad.begin(), known_bad.end(),
+                            [&](const BundleFile* f) { return f->metadata->version_text == pinned; });
+      if (b != known_bad.end()) std::rotate(known_bad.begin(), b, b + 1);  // among those, the pin first too
     }
     order.insert(order.end(), known_bad.begin(), known_bad.end());
     if (order.empty()) continue;
     chosen[name] = order.front();
     fallbacks[name].assign(order.begin() + 1, order.end());
   }
+  std::map<QString, QString> was_running;  // name -> sha256, as the rescan began
+  for (const auto& [name, l] : loaded_) was_running[name] = l.sha256;
   // 3. Unload what is no longer chosen (or changed), with every bundle that
   // implements a namespace it defines (reloaded in step 4), newest first.
   std::set<QString> to_unload;
@@ -714,8 +721,11 @@ QStringList PluginHost::rescan() {
     const QString name = it->first;
     const BundleFile* failed_file = it->second;
     rejected_now.insert(failed_file);
-    if (remember && !unloadable_.count(failed_file->sha256)) {
-      unloadable_[failed_file->sha256] = {name, failed_file->metadata->defines, why, false, std::nullopt};
+    if (remember) {  // replacing what an earlier failure left (not a failure of the contents alone)
+      auto u = unloadable_.find(failed_file->sha256);
+      if (u == unloadable_.end() || !u->second.content_only) {
+        unloadable_[failed_file->sha256] = {name, failed_file->metadata->defines, why, false, std::nullopt};
+      }
     }
     it = pending.erase(it);
     for (auto d = definer.begin(); d != definer.end();) d = d->second == name ? definer.erase(d) : std::next(d);
@@ -735,9 +745,9 @@ QStringList PluginHost::rescan() {
   };
   // Whether a bundle still pending could yet define ns, in its chosen version or one
   // it falls back to: its dependents wait for it rather than give up.
-  auto could_define = [&](const QString& ns) {
+  auto could_define = [&](const QString& ns, const QString& asking) {
     for (const auto& [name, f] : pending) {
-      if (failed.count(name)) continue;
+      if (failed.count(name) || name == asking) continue;
       if (f->metadata->defines.contains(ns)) return true;
       for (const auto* g : fallbacks[name]) {
         if (g->metadata->defines.contains(ns)) return true;
@@ -754,7 +764,7 @@ QStringList PluginHost::rescan() {
         auto d = definer.find(ns);
         if (d == definer.end() && definedByTheHost(ns)) continue;  // `core`: always there, no bundle to wait for
         if (d == definer.end() || failed.count(d->second)) {
-          if (could_define(ns)) blocked = ns;
+          if (could_define(ns, it->first)) blocked = ns;
           else missing = ns;
         } else if (loaded_.count(d->second) == 0 && d->second != it->first) {
           blocked = ns;
@@ -789,6 +799,7 @@ QStringList PluginHost::rescan() {
       QString error;
       if (load(f, &error)) {
         what << "loaded " + it->first + "@" + f.metadata->version_text;
+        for (const auto& ns : f.metadata->defines) definer[ns] = it->first;  // whoever claimed it first may have failed
         it = pending.erase(it);
       } else {
         what << "rejected " + it->first + "@" + f.metadata->version_text + ": " + error;
@@ -797,27 +808,52 @@ QStringList PluginHost::rescan() {
       progress = true;
     }
     if (!progress) {  // a cycle: everything left waits on something else left
-      const QString why = "its namespace dependencies form a cycle";
-      // Those with another version to try give way to it (the one before an upgrade
-      // that made the cycle), and the rest try again; without any, all are rejected.
-      bool retry = false;
-      for (auto it = pending.begin(); it != pending.end();) {
-        if (fallbacks[it->first].empty()) {
-          ++it;
-          continue;
+      // Who waits on whom: a pending bundle on the pending ones that define (or could
+      // yet define) a namespace it implements. Only those on a cycle give way; those
+      // that merely wait on one go on once it is broken.
+      std::map<QString, std::set<QString>> waits;
+      for (const auto& [name, f] : pending) {
+        for (const auto& ns : f->metadata->implements) {
+          for (const auto& [other, g] : pending) {
+            if (other == name) continue;
+            bool defines = g->metadata->defines.contains(ns);
+            for (const auto* h : fallbacks[other]) defines = defines || h->metadata->defines.contains(ns);
+            if (defines) waits[name].insert(other);
+          }
         }
-        record(*it->second, "rejected", why);
-        what << "rejected " + it->first + "@" + it->second->metadata->version_text + ": dependency cycle";
-        it = give_up(it, true, why);
-        retry = true;
       }
-      if (retry) continue;
-      for (auto it = pending.begin(); it != pending.end();) {
-        record(*it->second, "rejected", why);
-        what << "rejected " + it->first + "@" + it->second->metadata->version_text + ": dependency cycle";
-        it = give_up(it, true, why);
+      std::set<QString> on_cycle;
+      for (const auto& [start, _] : pending) {
+        std::set<QString> seen;
+        std::vector<QString> todo(waits[start].begin(), waits[start].end());
+        while (!todo.empty()) {
+          const QString n = todo.back();
+          todo.pop_back();
+          if (n == start) {
+            on_cycle.insert(start);
+            break;
+          }
+          if (!seen.insert(n).second) continue;
+          todo.insert(todo.end(), waits[n].begin(), waits[n].end());
+        }
       }
-      break;
+      if (on_cycle.empty()) on_cycle.insert(pending.begin()->first);  // cannot be; still, always progress
+      // The versions new in this rescan give way first (a running version is the last
+      // to be given up), each to the one before it; one with no other version fails.
+      auto newcomer = [&](const QString& name) {
+        auto w = was_running.find(name);
+        return w == was_running.end() || w->second != pending.at(name)->sha256;
+      };
+      bool any_new_with_fallback = false;
+      for (const auto& name : on_cycle) any_new_with_fallback |= newcomer(name) && !fallbacks[name].empty();
+      const QString why = "its namespace dependencies form a cycle";
+      for (const auto& name : on_cycle) {
+        if (any_new_with_fallback && (!newcomer(name) || fallbacks[name].empty())) continue;
+        auto it = pending.find(name);
+        record(*it->second, "rejected", why);
+        what << "rejected " + name + "@" + it->second->metadata->version_text + ": dependency cycle";
+        give_up(it, true, why);
+      }
     }
   }
   // What failed for a reason other bundles may change is tried again once they do:
@@ -873,9 +909,13 @@ QStringList PluginHost::rescan() {
       }
     }
   }
-  // 5. Files that left the directory.
-  std::set<QString> present_keys;
-  for (const auto& f : files) present_keys.insert(viewKey(f));
+  // 5. Files that left the directory (and what was remembered of their failures).
+  std::set<QString> present_keys, present_sha;
+  for (const auto& f : files) {
+    present_keys.insert(viewKey(f));
+    present_sha.insert(f.sha256);
+  }
+  std::erase_if(unloadable_, [&](const auto& u) { return present_sha.count(u.first) == 0; });
   for (auto it = view_.begin(); it != view_.end();) {
     it = present_keys.count(it->first) != 0 ? std::next(it) : view_.erase(it);
   }
@@ -883,6 +923,25 @@ QStringList PluginHost::rescan() {
     std::set<std::string> present;
     for (const auto& f : files) present.insert(f.sha256.toStdString());
     store_->markRemovedExcept(present, QDir(dir_).absolutePath().toStdString());
+  }
+  // A remembered failure whose other bundles changed in this rescan (one arrived, say)
+  // is tried now, in a second pass, not at whatever rescan comes next.
+  const bool stale = std::any_of(unloadable_.begin(), unloadable_.end(), [&](const auto& u) {
+    return !u.second.content_only && u.second.others && !u.second.stillFails(*this) &&
+           std::none_of(files.begin(), files.end(), [&](const BundleFile& f) {
+             return f.sha256 == u.first && rejected_now.count(&f) != 0;  // tried in this pass
+           });
+  });
+  if (stale && !second_pass_) {
+    second_pass_ = true;
+    try {
+      what += rescan();
+    } catch (...) {
+      second_pass_ = false;
+      throw;
+    }
+    second_pass_ = false;
+    return what;
   }
   recordView(what);
   return what;
@@ -1205,7 +1264,12 @@ void PluginHost::watchFiles() {
     if (!want.count(p)) remove << p;
   }
   if (!remove.isEmpty()) watcher_->removePaths(remove);
-  if (!add.isEmpty()) watcher_->addPaths(add);
+  if (!add.isEmpty()) {
+    watcher_->addPaths(add);
+    // A write between the rescan's read and the new watch would go unseen: one more
+    // rescan after it (it adds no watch, so it is the last).
+    rescan_timer_.start();
+  }
 }
 
 // A watched directory that is removed drops out of the watch list: once it is back

@@ -261,6 +261,7 @@ class PluginHost : public QObject {
     bool stillFails(const PluginHost& host) const;
   };
   std::map<QString, Unloadable> unloadable_;
+  bool second_pass_ = false;  // rescan() runs a second pass at most once
   QString othersLoaded(const QString& bundle, const QStringList& defines) const;
   QueryHandler query_handler_;
 };

@@ -459,7 +459,7 @@ int runPluginsCommand(const QStringList& args) {
       "  pin NAME VERSION      load VERSION instead of the highest compatible one\n"
       "  unpin NAME\n"
       "  disable NAME          unload it everywhere and keep it unloaded\n"
-      "  enable NAME\n"
+      "  enable NAME           load it again; also tries again its versions that failed to load\n"
       "                        (each of these four takes --wait [SECS])\n"
       "  trust FILE|NAME@VERSION    put the bundle's sha256 on the trust list (serve --require-trusted)\n"
       "  untrust FILE|NAME@VERSION|SHA256\n"

@@ -703,7 +703,34 @@ TEST(PluginHost, NoFailureMakesLaterRescansBounceTheRunningVersion) {
     EXPECT_THAT(retried.join("\n").toStdString(), HasSubstr("rejected muladd@"));
     EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
     EXPECT_TRUE(host.sync().isEmpty());
+    // Another bundle arriving may try it once more (the others changed), and that is all.
+    env.add(plugin("mylib"));
+    host.sync();
+    EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
+    EXPECT_EQ(host.loaded().count("mylib"), 1u);
+    const QStringList settled = host.sync();
+    EXPECT_TRUE(settled.isEmpty()) << settled.join("\n").toStdString();
   }
+}
+
+// An upgrade that makes a cycle gives way on its own: the running bundle on the other
+// side of the cycle keeps its version (an older one beside it is not taken).
+TEST(PluginHost, OnlyTheVersionThatMadeACycleGivesWay) {
+  Env env;
+  env.add(plugin("muladd_1_1_0"));
+  env.add(testBundle("cyc_b"));
+  env.add(testBundle("cyc_b_0_9_0"));
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  ASSERT_EQ(host.loaded().count("cyc_b"), 1u);
+  ASSERT_EQ(host.loaded().at("cyc_b").version, "1.0.0");
+  env.add(testBundle("muladd_1_4_0_cycle"));
+  const QStringList what = host.sync();
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0") << what.join("\n").toStdString();
+  EXPECT_EQ(host.loaded().at("cyc_b").version, "1.0.0") << what.join("\n").toStdString();
+  EXPECT_THAT(env.row("libmuladd_1_4_0_cycle.so").reason, HasSubstr("form a cycle"));
+  EXPECT_EQ(env.row("libcyc_b.so").state, "loaded");
+  EXPECT_TRUE(host.sync().isEmpty());
 }
 
 // A dependent waits for the version its definer falls back to, when that one is the
