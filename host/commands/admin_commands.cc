@@ -664,7 +664,7 @@ int runPluginsCommand(const QStringList& args) {
     }
     QString warning;  // said once recorded (Note [Waiting for hosts])
     QTextStream warn(&warning);
-    if (action == "pin" || action == "disable") {
+    {  // pin, unpin, disable, enable: a name no host has seen is most often a typo
       const std::vector<std::string> known = knownBundleNames(store);
       if (std::find(known.begin(), known.end(), name) == known.end()) {
         warn << "warning: no host on " << q(store.path()) << " has seen a bundle named " << pos[0]

@@ -965,6 +965,10 @@ TEST(AdminCommands, TogglesAndPinsCheckTheirNamesAndSayWhatWillHappen) {
   EXPECT_THAT(r.out, HasSubstr("eve\\n2026-01-01T00:00:00.000Z  alice\\x1b[2J"));
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   EXPECT_EQ(r.out.find('\x1b'), std::string::npos);
+  r = run("plugins enable nosuchbundle --actor ann" + db);  // unpin and enable are checked too
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("warning: no host on "));
+  EXPECT_THAT(r.out, HasSubstr("has seen a bundle named nosuchbundle; the change is kept"));
   r = run("plugins pin 'mul add' 1.0.0" + db);
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, HasSubstr("is not a bundle name"));
