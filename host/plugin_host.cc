@@ -293,14 +293,13 @@ std::optional<BundleMetadata> checkPluginMetaData(const QJsonObject& meta, QStri
   m.abi_major = abi.toObject()["major"].toInt(-1);
   m.abi_minor = abi.toObject()["minor"].toInt(-1);
   if (m.abi_major < 0 || m.abi_minor < 0) {  // not a non-negative int (-1, 2.5, 2^63)
+    // As JSON writes the number (QJsonValue has no toString for numbers).
+    auto written = [&](const char* part) {
+      return QString::fromUtf8(QJsonDocument(QJsonArray{abi.toObject()[part]}).toJson(QJsonDocument::Compact)).mid(1).chopped(1);
+    };
     return fail("bundle.json: \"abi\" must be {\"major\": N, \"minor\": N} with whole numbers from 0 to " +
-                QString::number(INT_MAX) + ", not {\"major\": " +
-                QString::fromUtf8(QJsonDocument(QJsonArray{abi.toObject()["major"]}).toJson(QJsonDocument::Compact))
-                    .mid(1).chopped(1) +
-                ", \"minor\": " +
-                QString::fromUtf8(QJsonDocument(QJsonArray{abi.toObject()["minor"]}).toJson(QJsonDocument::Compact))
-                    .mid(1).chopped(1) +
-                "}");
+                QString::number(INT_MAX) + ", not {\"major\": " + written("major") + ", \"minor\": " +
+                written("minor") + "}");
   }
   if (!md["description"].isString()) {
     return fail(md.contains("description") ? "bundle.json: \"description\" must be a string"
@@ -555,6 +554,14 @@ QStringList PluginHost::sync() {
   return what;
 }
 
+// Listing a directory this user cannot read gives nothing, and "no bundles" would be
+// a wrong answer (and a serving host could not watch it).
+static void refuseUnreadableDirectory(const QString& dir) {
+  if (const QFileInfo di(dir); di.isDir() && (!di.isReadable() || !di.isExecutable())) {
+    throw std::runtime_error("the plugin directory " + dir.toStdString() + " cannot be read by this user (its permissions)");
+  }
+}
+
 QStringList PluginHost::rescan() {
   QStringList what;
   // 1. Discover: every library file, the trust checks first (Note [Plugin trust]).
@@ -563,11 +570,7 @@ QStringList PluginHost::rescan() {
   std::vector<BundleFile> files;
   std::set<QString> seen_sha;  // of the files that passed
   QDir dir(dir_);
-  if (const QFileInfo di(dir_); di.isDir() && (!di.isReadable() || !di.isExecutable())) {
-    // Listing it would give nothing, and "no bundles" would be a wrong answer.
-    throw std::runtime_error("the plugin directory " + dir_.toStdString() +
-                             " cannot be read by this user (its permissions)");
-  }
+  refuseUnreadableDirectory(dir_);
   // System too: a FIFO, a socket or a symlink to nothing named like a library gets a
   // row saying why it is not read, as an unreadable file does, instead of no row.
   const QFileInfoList entries = dir.entryInfoList(QDir::Files | QDir::System, QDir::Name);
@@ -743,17 +746,18 @@ QStringList PluginHost::rescan() {
     }
     return it;
   };
-  // Whether a bundle still pending could yet define ns, in its chosen version or one
-  // it falls back to: its dependents wait for it rather than give up.
+  // Whether pending bundle `name` defines ns in its chosen version or could in one it
+  // falls back to; and whether any pending bundle but `asking` could: its dependents
+  // wait for it rather than give up.
+  auto defines_now_or_later = [&](const QString& name, const QString& ns) {
+    if (pending.at(name)->metadata->defines.contains(ns)) return true;
+    return std::any_of(fallbacks[name].begin(), fallbacks[name].end(),
+                       [&](const BundleFile* g) { return g->metadata->defines.contains(ns); });
+  };
   auto could_define = [&](const QString& ns, const QString& asking) {
-    for (const auto& [name, f] : pending) {
-      if (failed.count(name) || name == asking) continue;
-      if (f->metadata->defines.contains(ns)) return true;
-      for (const auto* g : fallbacks[name]) {
-        if (g->metadata->defines.contains(ns)) return true;
-      }
-    }
-    return false;
+    return std::any_of(pending.begin(), pending.end(), [&](const auto& p) {
+      return !failed.count(p.first) && p.first != asking && defines_now_or_later(p.first, ns);
+    });
   };
   while (!pending.empty()) {
     bool progress = false;
@@ -815,10 +819,7 @@ QStringList PluginHost::rescan() {
       for (const auto& [name, f] : pending) {
         for (const auto& ns : f->metadata->implements) {
           for (const auto& [other, g] : pending) {
-            if (other == name) continue;
-            bool defines = g->metadata->defines.contains(ns);
-            for (const auto* h : fallbacks[other]) defines = defines || h->metadata->defines.contains(ns);
-            if (defines) waits[name].insert(other);
+            if (other != name && defines_now_or_later(other, ns)) waits[name].insert(other);
           }
         }
       }
@@ -933,15 +934,13 @@ QStringList PluginHost::rescan() {
            });
   });
   if (stale && !second_pass_) {
+    struct SecondPass {
+      bool& on;
+      ~SecondPass() { on = false; }
+    };
     second_pass_ = true;
-    try {
-      what += rescan();
-    } catch (...) {
-      second_pass_ = false;
-      throw;
-    }
-    second_pass_ = false;
-    return what;
+    const SecondPass guard{second_pass_};
+    return what + rescan();
   }
   recordView(what);
   return what;
@@ -1186,10 +1185,7 @@ void PluginHost::serve(const db::HostRow& me_in, int poll_ms) {
                              " does not exist (create it first, or name another with --plugins)");
   }
   if (!dir_info.isDir()) throw std::runtime_error("the plugin directory " + dir_.toStdString() + " is not a directory");
-  if (!dir_info.isReadable() || !dir_info.isExecutable()) {
-    throw std::runtime_error("the plugin directory " + dir_.toStdString() +
-                             " cannot be read by this user (its permissions), so its bundles cannot be listed or watched");
-  }
+  refuseUnreadableDirectory(dir_);  // before this host is registered in the store
   db::HostRow me = me_in;
   me.plugins = dir_info.absoluteFilePath().toStdString();
   if (me.strata_version.empty()) {
