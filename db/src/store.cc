@@ -428,7 +428,7 @@ void Store::fail(const std::string& what) {
   } else if (code == SQLITE_FULL || sqlite3_extended_errcode(db_) == SQLITE_IOERR_WRITE) {
     why += " (a write was cut short: the disk is full or a file-size limit was reached)";
   }
-  throw StoreError("store " + path_ + ": " + why + " (in: " + what + ")");
+  throw StoreError("store " + path_ + ": " + why + " (in: " + what + ")", why);
 }
 
 Store::Stmt Store::prepare(const char* sql) {
@@ -523,12 +523,10 @@ void Store::migrate() {
       } catch (const StoreError& e) {
         // The tables are not what version `have` had: its user_version was set by hand
         // (or another program wrote the file). Nothing is changed: the transaction rolls back.
-        std::string why = e.what();  // "store P: MESSAGE (in: SQL)": the message alone
-        if (const size_t in = why.find(" (in: "); in != std::string::npos) why.resize(in);
-        if (const std::string prefix = "store " + path_ + ": "; why.rfind(prefix, 0) == 0) why.erase(0, prefix.size());
         throw StoreError("store " + path_ + ": says schema version " + std::to_string(have) +
                          ", but its tables do not match that version (upgrading to " + std::to_string(v) +
-                         " failed: " + why + "); was its user_version changed by hand? Refusing to open it");
+                         " failed: " + (e.reason().empty() ? e.what() : e.reason()) +
+                         "); was its user_version changed by hand? Refusing to open it");
       }
     }
     if (have < 4) chainExistingAuditRows();

@@ -26,6 +26,13 @@ namespace strata::db {
 class StoreError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  StoreError(const std::string& what, std::string reason) : std::runtime_error(what), reason_(std::move(reason)) {}
+  // SQLite's own words for a failed statement ("duplicate column name: x"), without
+  // the file and the statement what() names; empty for the store's own errors.
+  const std::string& reason() const noexcept { return reason_; }
+
+ private:
+  std::string reason_;
 };
 
 struct BundleRow {
