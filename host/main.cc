@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   // or --plugins path would silently name another file. Refuse them instead.
   for (int i = 1; i < argc; ++i) {
     const QByteArray raw(argv[i]);
-    if (QString::fromUtf8(raw).toUtf8() == raw) continue;
+    if (strata::host::isUtf8(raw)) continue;
     QString shown;
     for (const char c : raw) {
       const auto b = static_cast<unsigned char>(c);
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   // The same for the variables that name paths.
   for (const char* var : {"STRATA_DB", "STRATA_PLUGIN_PATH"}) {
     const QByteArray raw = qgetenv(var);
-    if (QString::fromUtf8(raw).toUtf8() == raw) continue;
+    if (strata::host::isUtf8(raw)) continue;
     err << "strata: $" << var << " is not valid UTF-8; Strata reads paths as UTF-8, and would read this one as "
            "another path\n";
     return strata::host::kExitUsage;

@@ -74,6 +74,10 @@ std::string askRunningHost(db::Store& store, const db::HostRow& host, const std:
 // recorded never creates one (a mistyped --db is an error, not a new empty store).
 std::unique_ptr<db::Store> openExistingStore(const QString& path);
 
+// Whether bytes are UTF-8, as Strata reads every name, value and path: read as a
+// QString, bytes that are not become U+FFFD and would name another file.
+inline bool isUtf8(const QByteArray& bytes) { return QString::fromUtf8(bytes).toUtf8() == bytes; }
+
 // Text someone typed (an actor, a reason), as one line of a listing: control
 // characters as escapes, so a newline or a terminal escape in it cannot forge a
 // row or repaint the screen. JSON output needs none of this.

@@ -36,8 +36,8 @@ AutocastSpec parseAutocastSpec(const std::string& text) {
   if (colon == std::string::npos) return spec;
   const std::string d = text.substr(colon + 1);
   spec.dtype = dtypeName(d);
-  STRATA_CHECK(spec.dtype == ScalarType::BFloat16 || spec.dtype == ScalarType::Half, Value, "--autocast ", text,
-               ": the dtype must be bf16 (bfloat16) or f16 (float16), not '", d, "'");
+  STRATA_CHECK(spec.dtype == ScalarType::BFloat16 || spec.dtype == ScalarType::Half, Value,
+               "the dtype must be bf16 (bfloat16) or f16 (float16), not '", d, "'");
   return spec;
 }
 
@@ -533,8 +533,7 @@ int runCallCommand(const QStringList& args) {
     try {
       autocast.push_back(parseAutocastSpec(a.toStdString()));
     } catch (const Error& e) {
-      const QString why = QString::fromUtf8(e.what());
-      err << args.first() << ": " << (why.startsWith("--autocast") ? why : "--autocast " + a + ": " + why) << "\n";
+      err << args.first() << ": --autocast " << a << ": " << e.what() << "\n";  // the caller names the flag, once
       return kExitUsage;
     }
   }

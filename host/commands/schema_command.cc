@@ -76,7 +76,7 @@ int runSchemaCommand(const QStringList& args) {
     const QString line = QString::fromUtf8(bytes);
     const QString trimmed = line.trimmed();
     if (trimmed.isEmpty() || trimmed.startsWith('#')) continue;  // not an input
-    if (line.toUtf8() != bytes) {
+    if (!isUtf8(bytes)) {
       if (json) {
         out << QJsonDocument(QJsonObject{{"line", n}, {"ok", false},
                                          {"error", QJsonObject{{"reason", "not valid UTF-8"}}}})

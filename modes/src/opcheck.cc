@@ -588,8 +588,9 @@ std::vector<CheckRow> check_op(const OperatorHandle& op) {
       const std::string& v = r[t];
       const bool skipped = v.rfind("SKIPPED", 0) == 0;
       // The row says "skipped" itself: its reason is the why alone ("no batching rule").
+      constexpr std::string_view kSkipped = "SKIPPED: ";
       std::string why = v == "SUCCESS" ? "" : v;
-      if (skipped && why.rfind("SKIPPED: ", 0) == 0) why.erase(0, 9);
+      if (skipped && why.rfind(kSkipped, 0) == 0) why.erase(0, kSkipped.size());
       rows.push_back({name, t, label, v == "SUCCESS" || skipped, skipped, why});
     }
     // gradcheck on the inputs that require grad, when there are any.
@@ -604,7 +605,7 @@ std::vector<CheckRow> check_op(const OperatorHandle& op) {
       }
     }
     if (!any_grad) {
-      rows.push_back({name, "gradcheck", label, true, true, "SKIPPED: no input requires grad"});
+      rows.push_back({name, "gradcheck", label, true, true, "no input requires grad"});  // skipped: the why alone
       continue;
     }
     auto fn = [&](const std::vector<Tensor>& xs) {

@@ -107,6 +107,9 @@ TEST(CliSchemaTest, InvalidInputPrintsTheColumnAndExitsOne) {
   const Result bytes = run("schema", "a::c(str x='\xc3\x28') -> ()\r\na::d(Tensor x) -> Tensor\r\n");
   EXPECT_EQ(bytes.status, 1);
   EXPECT_EQ(bytes.out, "error: line 1 is not valid UTF-8\na::d(Tensor x) -> Tensor\n");
+  const Result json = run("schema --json", "a::c(str x='\xc3\x28') -> ()\n");
+  EXPECT_EQ(json.status, 1);
+  EXPECT_EQ(json.out, "{\"error\":{\"reason\":\"not valid UTF-8\"},\"line\":1,\"ok\":false}\n");
 }
 
 TEST(CliSchemaTest, GarbageNeverCrashes) {
@@ -224,6 +227,9 @@ TEST(CliCheck, MuladdPassesAndTheBrokenBundleFailsOneTestPerOp) {
   EXPECT_THAT(ok.out, HasSubstr("extension_cpp::mymuladd"));
   EXPECT_THAT(ok.out, HasSubstr("gradcheck"));
   EXPECT_THAT(ok.out, HasSubstr("test_faketensor"));
+  // A skipped row says so once: the result column, then the why alone.
+  EXPECT_THAT(ok.out, ::testing::ContainsRegex("test_vmap +sample 0 +skipped +no batching rule\n"));
+  EXPECT_THAT(ok.out, Not(HasSubstr("SKIPPED")));
   EXPECT_THAT(ok.out, HasSubstr("muladd@1.1.0: "));
   EXPECT_THAT(ok.out, HasSubstr(", 0 failed\n"));
   std::filesystem::copy_file(std::string(STRATA_BUILD_DIR) + "/tests/bundles/libbroken_check.so",
@@ -239,7 +245,7 @@ TEST(CliCheck, MuladdPassesAndTheBrokenBundleFailsOneTestPerOp) {
   EXPECT_THAT(bad_policy.out, HasSubstr("--check takes 'record' or 'enforce', got 'sometimes'"));
   const Result unknown = run("check nosuch --db " + q(tmp + "/a.db"));
   EXPECT_EQ(unknown.status, 1);
-  EXPECT_THAT(unknown.out, HasSubstr("no loaded bundle or operator named 'nosuch'"));
+  EXPECT_THAT(unknown.out, HasSubstr("error: no loaded bundle or operator named 'nosuch'"));
   std::filesystem::remove_all(tmp);
 }
 
@@ -864,6 +870,8 @@ TEST(AdminCommands, BadInputIsAClearErrorWithTheRightExitCode) {
   r = run("call core::sin 'ones(2)' --autocast cpu:int8");
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.out, Not(HasSubstr("--autocast cpu:int8: --autocast")));
+  EXPECT_THAT(r.out, HasSubstr("strata call: --autocast cpu:int8: the dtype must be bf16 (bfloat16) or f16 (float16), "
+                               "not 'int8'"));
   std::system(("rm -rf " + dir).c_str());
 }
 
@@ -1626,6 +1634,9 @@ TEST(ExternalBundle, BuildsAndLoadsTheReadmeExample) {
   std::ofstream(dir + "/bundle.json") << full << "} // the end";
   EXPECT_NE(rebuild(), 0);
   EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: not valid JSON: it holds a comment"));
+  std::ofstream(dir + "/bundle.json") << full << "} {}";
+  EXPECT_NE(rebuild(), 0);
+  EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: not valid JSON: text after the object's closing '}'"));
   std::ofstream(dir + "/bundle.json") << head << STRATA_SDK_ABI_MINOR
                                       << R"(}, "description": "d", "defines": ["core"], "implements": []})";
   EXPECT_NE(rebuild(), 0);
