@@ -487,12 +487,6 @@ std::vector<int64_t> inferSize(IntArrayRef sizes, int64_t numel) {
   STRATA_FAIL(Value, "data-dependent: cannot infer the -1 in ", detail::shapeStr(sizes), " for ", what(), " (",
               sym::rangesStr(sizes), "); give every size explicitly");
 }
-}  // namespace
-
-namespace {
-bool anySymbolic(IntArrayRef v) {
-  return std::any_of(v.begin(), v.end(), [](int64_t x) { return sym::isSymbolic(x); });
-}
 
 // The strides that show a tensor of sizes `old_sizes` and strides `old_strides` as
 // `shape` without moving an element, or nullopt when there are none: ATen's
@@ -503,7 +497,8 @@ std::optional<std::vector<int64_t>> viewStrides(IntArrayRef old_sizes, IntArrayR
                                                 const std::vector<int64_t>& shape) {
   const auto n_new = static_cast<int64_t>(shape.size());
   if (old_sizes.empty()) return std::vector<int64_t>(shape.size(), 1);
-  if (anySymbolic(old_sizes) || anySymbolic(old_strides) || anySymbolic(shape)) {
+  if (sym::anySymbolic({old_sizes.begin(), old_sizes.end()}) || sym::anySymbolic({old_strides.begin(), old_strides.end()}) ||
+      sym::anySymbolic(shape)) {
     if (!contiguous) return std::nullopt;
     return contiguousStrides(shape);
   }
