@@ -181,16 +181,13 @@ Tensor addImpl(const Tensor& a, const Tensor& b, const Scalar& alpha_in, ScalarT
   const char* name = negate ? "core::sub" : "core::add";
   detail::checkAlpha(name, dtype, alpha_in);
   const bool half = dtype == ScalarType::Half, bf16 = dtype == ScalarType::BFloat16;
-  const Scalar alpha = half   ? Scalar(static_cast<double>(roundedTo<Half>(static_cast<float>(alpha_in.toDouble()))))
-                       : bf16 ? Scalar(static_cast<double>(roundedTo<BFloat16>(static_cast<float>(alpha_in.toDouble()))))
-                              : alpha_in;
+  auto toResultType = [&](float v) { return half ? roundedTo<Half>(v) : bf16 ? roundedTo<BFloat16>(v) : v; };
+  const Scalar alpha =
+      half || bf16 ? Scalar(static_cast<double>(toResultType(static_cast<float>(alpha_in.toDouble())))) : alpha_in;
   return binaryKernel(name, a, b, dtype, compute, [&](auto x, auto y) {
     using T = decltype(x);
     T scaled = applyAlpha(y, alpha);
-    if constexpr (std::is_same_v<T, float>) {
-      if (half) scaled = roundedTo<Half>(scaled);
-      else if (bf16) scaled = roundedTo<BFloat16>(scaled);
-    }
+    if constexpr (std::is_same_v<T, float>) scaled = toResultType(scaled);  // float16/bfloat16 compute in float
     if constexpr (std::is_same_v<T, bool>) return static_cast<bool>(x || scaled);
     else return negate ? static_cast<T>(x - scaled) : static_cast<T>(x + scaled);
   });
