@@ -279,7 +279,7 @@ void Store::openConnection(bool create) {
   }
   // Long enough for a host's sync (it rescans the plugin directory in one write
   // transaction) to finish: an admin command waits its turn, never sees SQLITE_BUSY.
-  sqlite3_busy_timeout(db_, 30000);
+  setBusyTimeout(kBusyTimeout);
   sqlite3_extended_result_codes(db_, 1);
   // SQLite quietly opens a write-protected file read-only; a store is written to
   // (the audit log, the hosts table), so say so now rather than at the first write.
@@ -417,6 +417,11 @@ Store::~Store() {
   if (db_ != nullptr) sqlite3_close(db_);
 }
 
+void Store::setBusyTimeout(std::chrono::milliseconds t) {
+  busy_timeout_ = t;
+  sqlite3_busy_timeout(db_, static_cast<int>(std::min<int64_t>(t.count(), INT32_MAX)));
+}
+
 void Store::fail(const std::string& what) {
   // An I/O failure says which: "disk I/O error (No space left on device)", "(File too
   // large)"; a short write (a full disk, ulimit -f) leaves no errno, so it is named.
@@ -427,6 +432,10 @@ void Store::fail(const std::string& what) {
     why += std::string(" (") + std::strerror(sys) + ")";
   } else if (code == SQLITE_FULL || sqlite3_extended_errcode(db_) == SQLITE_IOERR_WRITE) {
     why += " (a write was cut short: the disk is full or a file-size limit was reached)";
+  } else if (code == SQLITE_BUSY) {
+    const int64_t ms = busy_timeout_.count();
+    why += " (another connection held its lock for longer than the " +
+           (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") + " Strata waits for it)";
   }
   throw StoreError("store " + path_ + ": " + why + " (in: " + what + ")", why);
 }

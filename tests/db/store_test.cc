@@ -538,5 +538,27 @@ TEST(Store, NestedTransactionsAreSavepoints) {
   EXPECT_TRUE(b.pins().empty());
 }
 
+// A connection that holds the store's write lock past the busy timeout makes a
+// change fail whole, with the reason and how long Strata waited, not a bare
+// "database is locked"; the change is applied once the lock is gone.
+TEST(Store, AChangeBlockedPastTheBusyTimeoutFailsWholeAndSaysWhy) {
+  TempDir d;
+  Store a(d.file("l.db"));
+  Store b(d.file("l.db"));
+  b.setBusyTimeout(std::chrono::milliseconds(200));
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(d.file("l.db").c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  const std::string e = errorOf([&] { b.setKernelState("x::y", "CPU", false, "", "ann"); });
+  EXPECT_THAT(e, HasSubstr("database is locked"));
+  EXPECT_THAT(e, HasSubstr("another connection held its lock for longer than the 200 ms Strata waits for it"));
+  ASSERT_EQ(sqlite3_exec(raw, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(raw);
+  EXPECT_TRUE(a.kernelStates().empty());
+  EXPECT_TRUE(a.auditLog().empty());
+  b.setKernelState("x::y", "CPU", false, "", "ann");
+  EXPECT_EQ(a.kernelStates().size(), 1u);
+}
+
 }  // namespace
 }  // namespace strata::db

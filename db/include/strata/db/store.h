@@ -8,6 +8,7 @@
 // hash-chained, so an edit made around the triggers shows (Note [The audit chain]).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -129,6 +130,10 @@ class Store {
   Store& operator=(const Store&) = delete;
 
   const std::string& path() const { return path_; }
+  // How long a statement waits for another connection's lock before it fails with
+  // "database is locked" (default kBusyTimeout: a host's whole rescan).
+  static constexpr std::chrono::milliseconds kBusyTimeout{30000};
+  void setBusyTimeout(std::chrono::milliseconds t);
   int schemaVersion();
   // Changes when another connection commits (PRAGMA data_version).
   int64_t dataVersion();
@@ -237,6 +242,7 @@ class Store {
   std::string path_;
   sqlite3* db_ = nullptr;
   int depth_ = 0;  // transaction() nesting
+  std::chrono::milliseconds busy_timeout_ = kBusyTimeout;
 };
 
 }  // namespace strata::db
