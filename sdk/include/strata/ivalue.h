@@ -403,6 +403,11 @@ class StackArg {
 };
 }  // namespace detail
 
+namespace detail::boxing {
+template <typename F, bool kTakesKeySet, typename R, typename... P>
+struct UnboxedWrapper;
+}  // namespace detail::boxing
+
 // The argument stack of a boxed call: arguments in schema order on entry,
 // results in schema order on return.
 //
@@ -663,6 +668,13 @@ class STRATA_API Stack {
   void truncate(size_t n) noexcept {
     while (size_ > n) data_[--size_].~IValue();
   }
+  // The boxing wrapper of a typed kernel destroys the argument slots itself, knowing
+  // their types (detail::boxing::releaseSlot), then forgets the last n of them.
+  // So does a typed call boxed for a boxed kernel with the results it moved out.
+  template <typename F, bool K, typename R, typename... P>
+  friend struct detail::boxing::UnboxedWrapper;
+  friend class KernelFunction;
+  void forgetDestroyed(size_t n) noexcept { size_ -= static_cast<uint32_t>(n); }
   // Takes o's values (its heap block when it has one); o is left empty, in place.
   void takeFrom(Stack& o) noexcept {
     if (!o.inPlace()) {

@@ -102,6 +102,21 @@ decltype(auto) unboxArg(IValue& v) {
   }
 }
 
+// Destroys stack slot `v` after unboxArg<P> took it: its tag is then P's exactly (a
+// kernel sees its arguments, never the stack, and a Tensor& kernel may reseat the
+// handle but not the tag), so a number needs nothing and a tensor only its handle
+// dropped, without the IValue destructor's tests of the tag.
+template <typename P>
+__attribute__((always_inline)) inline void releaseSlot(IValue& v) noexcept {
+  using D = std::remove_cvref_t<P>;
+  if constexpr (!std::is_same_v<D, int64_t> && !std::is_same_v<D, double> && !std::is_same_v<D, bool>) {
+    if constexpr (std::is_same_v<D, Tensor>) {
+      if (v.tag() != IValue::Tag::Tensor) __builtin_unreachable();
+    }
+    v.~IValue();
+  }
+}
+
 // A C++ value boxed.
 template <typename T>
 IValue boxArg(T&& v) {
@@ -175,8 +190,12 @@ struct UnboxedWrapper {
       std::remove_cvref_t<R> result = callUnboxed(k, ks, unboxArg<P>(base[I])...);
       if constexpr (numReturns<R>() == 1 && N >= 1) {
         // The result takes the first argument's slot: no push, no capacity check.
-        base[0] = boxArg(std::move(result));
-        stack.resize(stack.size() - N + 1);
+        // The arguments go first, each as its type (releaseSlot), and the result
+        // moves in last, so nothing opaque runs between the move and the end of
+        // `result`, which the compiler then knows is empty.
+        (releaseSlot<P>(base[I]), ...);
+        new (base) IValue(boxArg(std::move(result)));
+        stack.forgetDestroyed(N - 1);
       } else {
         stack.resize(stack.size() - N);
         pushReturn(stack, std::move(result));
@@ -325,7 +344,10 @@ class STRATA_API KernelFunction {
           return Return(detail::boxing::unboxReturn<std::tuple_element_t<I, Return>>(std::move(stack[I]))...);
         }(std::make_index_sequence<n>{});
       } else {
-        return detail::boxing::unboxReturn<std::remove_cvref_t<Return>>(std::move(stack[0]));
+        Return r = detail::boxing::unboxReturn<std::remove_cvref_t<Return>>(std::move(stack[0]));
+        // A tensor or IValue moved out leaves None: nothing for the destructor to test.
+        if constexpr (std::is_same_v<Return, Tensor> || std::is_same_v<Return, IValue>) stack.forgetDestroyed(1);
+        return r;
       }
     }
   }
