@@ -634,8 +634,9 @@ RegistrationHandleRAII registerFormula(std::shared_ptr<Formula> f, bool allow_ov
     f->arg_names.push_back(a.name);
     if (!a.kwarg_only) ++f->num_positional;
   }
-  // The plain setup_context form answers for every argument.
-  if (!f->setup_kw) f->num_positional = schema.arguments().size();
+  // A builtin formula's plain form answers for every argument; register_autograd's
+  // backward, as PyTorch's, for the positional ones (keyword-only inputs travel beside).
+  if (f->builtin && !f->setup_kw) f->num_positional = schema.arguments().size();
   std::shared_ptr<const Formula> cf = f;
   std::string what = f->builtin ? "autograd formula " + f->node_name : "autograd formula (register_autograd)";
   return d.registerImpl(op.operator_name(), DispatchKey::Autograd,
@@ -704,6 +705,11 @@ RegistrationHandleRAII registerUserFormula(std::string_view op_name, BackwardFn 
   for (const Argument& a : schema.arguments()) {
     functional = functional && !a.is_write();
     has_kw = has_kw || a.kwarg_only;
+    // backward answers for positional inputs only: a keyword-only tensor's gradient
+    // would be lost (PyTorch refuses these too).
+    STRATA_CHECK(!(a.kwarg_only && a.type->str().rfind("Tensor", 0) == 0), NotImplemented, call, ": ", schema.str(),
+                 " has the keyword-only tensor argument '", a.name, "', which backward cannot answer for; make it "
+                 "positional");
   }
   for (const Argument& r : schema.returns()) functional = functional && !r.alias_info;
   STRATA_CHECK(functional, Value, "cannot register an autograd formula for non-functional operator ",

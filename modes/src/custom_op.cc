@@ -108,9 +108,70 @@ std::unique_ptr<Library> defineCustomOp(std::string_view name, const FunctionSch
     }
     schema = FunctionSchema(op.name, op.overload_name, std::move(named), inferred.returns());
   }
+  if (!schema_text.empty()) {
+    // The schema's written arguments must be exactly mutates_args (PyTorch: "The schema
+    // suggests that the op mutates {...} which is different from what was provided").
+    std::set<std::string> declared, named;
+    for (const Argument& a : schema.arguments()) {
+      if (a.is_write()) declared.insert(a.name);
+    }
+    if (mutates_args.is_unknown()) {
+      named = declared;
+    } else {
+      for (const std::string& m : mutates_args.names()) {
+        const auto& sargs = schema.arguments();
+        STRATA_CHECK(std::any_of(sargs.begin(), sargs.end(), [&](const Argument& a) { return a.name == m; }), Schema,
+                     call, ": mutates_args names '", m, "', which is not an argument of the schema ", schema.str());
+        named.insert(m);
+      }
+    }
+    auto list = [](const std::set<std::string>& s) {
+      std::string out = "{";
+      for (const std::string& n : s) out += (out.size() > 1 ? ", " : "") + n;
+      return out + "}";
+    };
+    STRATA_CHECK(declared == named, Schema, call, ": the schema ", schema.str(), " writes ", list(declared),
+                 " (Tensor(a!)), but mutates_args names ", list(named), "; make them the same");
+  }
+  // A keyword-only tensor would get no gradient and no version bump from the layers
+  // that walk positional inputs; PyTorch refuses them in custom ops too.
+  for (const Argument& a : schema.arguments()) {
+    const TypeKind k = a.type->kind();
+    const bool tensorish = k == TypeKind::Tensor || (k == TypeKind::Optional && a.type->str().rfind("Tensor", 0) == 0) ||
+                           (k == TypeKind::List && a.type->str().rfind("Tensor", 0) == 0);
+    STRATA_CHECK(!(a.kwarg_only && tensorish), Schema, call, ": argument '", a.name, "' (", a.type->str(),
+                 ") is keyword-only; a custom op's tensor arguments must be positional (move it before the '*')");
+  }
   auto lib = std::make_unique<Library>(Library::FRAGMENT, ns, std::nullopt, where);
   lib->def(schema.str(), tags, where);
   return lib;
+}
+
+// Both below find no op when its def was refused at a bundle's load (refusedAtLoad):
+// there is nothing to wrap then.
+std::vector<bool> writtenArguments(std::string_view op) {
+  const std::optional<OperatorHandle> h = Dispatcher::singleton().findSchema(parseOperatorName(op));
+  std::vector<bool> out;
+  if (!h) return out;
+  for (const Argument& a : h->schema().arguments()) out.push_back(a.is_write());
+  return out;
+}
+
+void addTrivialFake(Library& lib, std::string_view name, const std::vector<DispatchKey>& keys,
+                    std::source_location where) {
+  if (std::find(keys.begin(), keys.end(), DispatchKey::Meta) != keys.end()) return;  // fn is its Meta kernel
+  const std::optional<OperatorHandle> h = Dispatcher::singleton().findSchema(parseOperatorName(name));
+  if (!h) return;
+  const FunctionSchema& schema = h->schema();
+  if (!schema.returns().empty() || schema.is_varret()) return;
+  const auto& args = schema.arguments();
+  if (std::none_of(args.begin(), args.end(), [](const Argument& a) { return a.is_write(); })) return;
+  const size_t n = args.size();
+  lib.keep(registerFake(
+      name, KernelFunction::makeFromBoxedFunctor([n](const OperatorHandle&, Stack& stack) {
+        stack.resize(stack.size() >= n ? stack.size() - n : 0);  // writes nothing a fake tensor holds; returns nothing
+      }),
+      /*allow_override=*/false, where));
 }
 
 }  // namespace detail

@@ -18,12 +18,6 @@ namespace strata::modes {
 
 namespace {
 
-std::string shapeStr(IntArrayRef s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 std::string fmt(double v) {
   std::ostringstream os;
   os.precision(6);
@@ -158,8 +152,8 @@ void assert_close(const Tensor& actual, const Tensor& expected, std::optional<do
                "both be omitted");
   STRATA_CHECK(std::equal(actual.sizes().begin(), actual.sizes().end(), expected.sizes().begin(),
                           expected.sizes().end()),
-               Value, "assert_close: the shapes do not match: ", shapeStr(actual.sizes()), " != ",
-               shapeStr(expected.sizes()));
+               Value, "assert_close: the shapes do not match: ", sym::shapeStr(actual.sizes()), " != ",
+               sym::shapeStr(expected.sizes()));
   STRATA_CHECK(actual.dtype() == expected.dtype(), Value, "assert_close: the dtypes do not match: ",
                toString(actual.dtype()), " != ", toString(expected.dtype()));
   const auto [drtol, datol] = defaultTolerances(actual.dtype());
@@ -193,6 +187,39 @@ bool opcheck_passed(const OpcheckResults& r) {
 
 namespace {
 
+// Each tensor of a value: a Tensor, a Tensor[] or a generic list holding tensors
+// (Tensor?[], whose Nones are kept as undefined tensors so positions line up).
+template <typename F>
+void forEachTensorIn(const IValue& v, F&& f) {
+  if (v.isTensor()) {
+    f(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const Tensor& t : v.toTensorList()) f(t);
+  } else if (v.isGenericList()) {
+    for (const IValue& e : v.toList()) {
+      if (e.isNone()) f(Tensor());
+      else forEachTensorIn(e, f);
+    }
+  }
+}
+
+// The value with each tensor replaced by g(tensor), lists rebuilt; others as they are.
+template <typename G>
+IValue mapTensors(const IValue& v, G&& g) {
+  if (v.isTensor()) return IValue(g(v.toTensor()));
+  if (v.isTensorList()) {
+    std::vector<Tensor> ts;
+    for (const Tensor& t : v.toTensorList()) ts.push_back(g(t));
+    return IValue(std::move(ts));
+  }
+  if (v.isGenericList()) {
+    std::vector<IValue> es;
+    for (const IValue& e : v.toList()) es.push_back(mapTensors(e, g));
+    return IValue(std::move(es));
+  }
+  return v;
+}
+
 // A copy of the arguments: each tensor cloned (same requires_grad), lists too.
 Stack copyArgs(const Stack& args, bool keep_grad) {
   Stack out;
@@ -202,27 +229,18 @@ Stack copyArgs(const Stack& args, bool keep_grad) {
     if (keep_grad && t.requires_grad()) c.set_requires_grad(true);
     return c;
   };
-  for (const IValue& v : args) {
-    if (v.isTensor()) {
-      out.emplace_back(copy(v.toTensor()));
-    } else if (v.isTensorList()) {
-      std::vector<Tensor> ts;
-      for (const Tensor& t : v.toTensorList()) ts.push_back(copy(t));
-      out.emplace_back(std::move(ts));
-    } else {
-      out.push_back(v);
-    }
-  }
+  for (const IValue& v : args) out.push_back(mapTensors(v, copy));
   return out;
 }
 
 std::vector<Tensor> tensorsOf(const Stack& s) {
   std::vector<Tensor> out;
-  for (const IValue& v : s) {
-    if (v.isTensor()) out.push_back(v.toTensor());
-    else if (v.isTensorList()) for (const Tensor& t : v.toTensorList()) out.push_back(t);
-  }
+  for (const IValue& v : s) forEachTensorIn(v, [&](const Tensor& t) { out.push_back(t); });
   return out;
+}
+
+bool sharesStorage(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.storage() && a.is_alias_of(b);
 }
 
 bool sameValues(const Tensor& a, const Tensor& b) {
@@ -265,9 +283,23 @@ std::string testSchema(const OperatorHandle& op, const Stack& args) {
     for (const Tensor& o : tensorsOf({out[r]})) {
       if (!o.defined()) continue;
       for (size_t k = 0; k < inputs.size(); ++k) {
-        if (inputs[k].defined() && !o.is_meta() && o.is_alias_of(inputs[k])) {
+        if (!o.is_meta() && sharesStorage(o, inputs[k])) {
           return "output " + std::to_string(r) + " aliases an input (it shares its storage), but the schema (" +
                  schema.str() + ") declares a fresh result: return a copy, or declare the alias (Tensor(a))";
+        }
+      }
+    }
+    // Two fresh results share nothing either (SchemaCheckMode: "Outputs 0 and 1 alias
+    // unexpectedly").
+    for (size_t q = 0; q < r; ++q) {
+      if (q < rets.size() && rets[q].alias_info.has_value()) continue;
+      for (const Tensor& o : tensorsOf({out[r]})) {
+        for (const Tensor& p : tensorsOf({out[q]})) {
+          if (!o.is_meta() && sharesStorage(o, p)) {
+            return "outputs " + std::to_string(q) + " and " + std::to_string(r) +
+                   " alias each other (they share storage), but the schema (" + schema.str() +
+                   ") declares fresh results: return a copy";
+          }
         }
       }
     }
@@ -303,22 +335,50 @@ std::string testAutogradRegistration(const OperatorHandle& op, const Stack& args
   return "SUCCESS";
 }
 
+// A fake size, stride or offset matches a real one when equal, or, when symbolic (a
+// data-dependent size: new_dynamic_size), when the real one is in its range, as
+// PyTorch's cross-check allows an unbacked symbol on the fake side.
+bool fakeMatches(int64_t fake, int64_t real) {
+  if (!sym::isSymbolic(fake)) return fake == real;
+  const sym::Range r = sym::range(fake);
+  return real >= r.min && real <= r.max;
+}
+bool fakeMatches(IntArrayRef fake, IntArrayRef real) {
+  if (fake.size() != real.size()) return false;
+  for (size_t i = 0; i < fake.size(); ++i) {
+    if (!fakeMatches(fake[i], real[i])) return false;
+  }
+  return true;
+}
+// The strides that decide a layout: those of dims longer than 1, in a tensor with
+// elements (PyTorch's check_significant_strides).
+bool significantStridesMatch(const Tensor& fake, const Tensor& real) {
+  if (fake.dim() != real.dim()) return false;
+  if (real.numel() == 0) return true;
+  for (int64_t d = 0; d < real.dim(); ++d) {
+    if (real.sizes()[d] > 1 && !fakeMatches(fake.strides()[d], real.strides()[d])) return false;
+  }
+  return true;
+}
+// Whether t shares storage with one of the tensors of `inputs`.
+bool aliasesOneOf(const Tensor& t, const std::vector<Tensor>& inputs) {
+  for (const Tensor& in : inputs) {
+    if (sharesStorage(t, in)) return true;
+  }
+  return false;
+}
+
 std::string testFakeTensor(const OperatorHandle& op, const Stack& args) {
   NoGradGuard no_grad;
-  const Stack real = callOp(op, copyArgs(args, false));
+  Stack real_in = copyArgs(args, false);
+  const std::vector<Tensor> real_inputs = tensorsOf(real_in);
+  const Stack real = callOp(op, real_in);
   auto mode = std::make_shared<FakeTensorMode>();
   Stack fake_in;
   for (const IValue& v : copyArgs(args, false)) {
-    if (v.isTensor() && v.toTensor().defined()) {
-      fake_in.emplace_back(mode->from_tensor(v.toTensor()));
-    } else if (v.isTensorList()) {
-      std::vector<Tensor> ts;
-      for (const Tensor& t : v.toTensorList()) ts.push_back(mode->from_tensor(t));
-      fake_in.emplace_back(std::move(ts));
-    } else {
-      fake_in.push_back(v);
-    }
+    fake_in.push_back(mapTensors(v, [&](const Tensor& t) { return t.defined() ? mode->from_tensor(t) : t; }));
   }
+  const std::vector<Tensor> fake_inputs = tensorsOf(fake_in);
   Stack fake;
   try {
     ModeGuard guard(mode);
@@ -336,15 +396,32 @@ std::string testFakeTensor(const OperatorHandle& op, const Stack& args) {
     auto differ = [&](const char* what, const std::string& fv, const std::string& rv) {
       return "output " + std::to_string(i) + ": the fake impl gives " + what + " " + fv + ", the real kernel " + rv;
     };
-    if (!std::equal(r[i].sizes().begin(), r[i].sizes().end(), f[i].sizes().begin(), f[i].sizes().end())) {
-      return differ("sizes", shapeStr(f[i].sizes()), shapeStr(r[i].sizes()));
+    if (!fakeMatches(f[i].sizes(), r[i].sizes())) {
+      return differ("sizes", sym::shapeStr(f[i].sizes()), sym::shapeStr(r[i].sizes())) +
+             (sym::anySymbolic(f[i].sizes()) ? " (" + sym::rangesStr(f[i].sizes()) + ")" : "");
     }
-    if (!std::equal(r[i].strides().begin(), r[i].strides().end(), f[i].strides().begin(), f[i].strides().end())) {
-      return differ("strides", shapeStr(f[i].strides()), shapeStr(r[i].strides()));
+    if (!significantStridesMatch(f[i], r[i])) {
+      return differ("strides", sym::shapeStr(f[i].strides()), sym::shapeStr(r[i].strides()));
+    }
+    if (!fakeMatches(f[i].storage_offset(), r[i].storage_offset())) {
+      return differ("storage offset", sym::str(f[i].storage_offset()), std::to_string(r[i].storage_offset()));
     }
     if (r[i].dtype() != f[i].dtype()) return differ("dtype", toString(f[i].dtype()), toString(r[i].dtype()));
     if (r[i].device().type != f[i].device().type) {
       return differ("device", f[i].device().str(), r[i].device().str());
+    }
+    const bool real_alias = aliasesOneOf(r[i], real_inputs), fake_alias = aliasesOneOf(f[i], fake_inputs);
+    if (real_alias != fake_alias) {
+      return "output " + std::to_string(i) + (fake_alias ? ": the fake impl returns" : ": the real kernel returns") +
+             " an alias of an input (a tensor sharing its storage) and the " +
+             (fake_alias ? "real kernel" : "fake impl") + " a fresh tensor: both must do the same";
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (sharesStorage(r[i], r[j]) != sharesStorage(f[i], f[j])) {
+        return "outputs " + std::to_string(j) + " and " + std::to_string(i) + " share storage in the " +
+               (sharesStorage(f[i], f[j]) ? "fake impl's results but not the real kernel's"
+                                          : "real kernel's results but not the fake impl's");
+      }
     }
   }
   return "SUCCESS";

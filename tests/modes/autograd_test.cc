@@ -592,6 +592,74 @@ TEST(Tutorial, MymuladdTrainsAndPassesOpcheckAndGradcheck) {
   }
 }
 
+// What PyTorch's cross-checks catch and allow beyond one test per kind: outputs that
+// alias each other, a fake that aliases where the kernel does not (or the reverse), a
+// storage offset that differs, a Tensor?[] argument mutated; and a data-dependent
+// size, which a fake impl gives as a symbol, matches any real size in its range.
+TEST(Opcheck, AliasesOffsetsOptionalTensorListsAndSymbolicSizes) {
+  Library lib(Library::DEF, "ag_more");
+  lib.def("pair(Tensor x) -> (Tensor, Tensor)");
+  lib.impl("pair", [](const Tensor& x) {
+    Tensor y = x.clone();
+    return std::make_tuple(y, y.view({-1}));
+  }, DispatchKey::CPU);
+  modes::register_fake("ag_more::pair", [](const Tensor& x) {
+    return std::make_tuple(ops::empty_like(x), ops::empty_like(x));
+  }, lib);
+  lib.def("fakealias(Tensor x) -> Tensor");
+  lib.impl("fakealias", [](const Tensor& x) { return x.clone(); }, DispatchKey::CPU);
+  modes::register_fake("ag_more::fakealias", [](const Tensor& x) { return x; }, lib);
+  lib.def("offset(Tensor x) -> Tensor");
+  lib.impl("offset", [](const Tensor& x) { return ops::narrow(x.clone(), 0, 1, 2); }, DispatchKey::CPU);
+  modes::register_fake("ag_more::offset", [](const Tensor& x) { return ops::empty({x.size(0) - 1}); }, lib);
+  lib.def("optlist(Tensor?[] xs) -> Tensor");
+  lib.impl("optlist", [](const std::vector<std::optional<Tensor>>& xs) {
+    xs[0]->fill_(42.0);
+    return xs[0]->clone();
+  }, DispatchKey::CPU);
+  lib.def("nonzero(Tensor x) -> Tensor");
+  lib.impl("nonzero", [](const Tensor& x) {
+    std::vector<int64_t> idx;
+    const std::vector<float> v = x.to_vector<float>();
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] != 0) idx.push_back(static_cast<int64_t>(i));
+    }
+    return from_vector(idx, std::vector<int64_t>{static_cast<int64_t>(idx.size()), 1});
+  }, DispatchKey::CPU);
+  modes::register_fake("ag_more::nonzero", [](const Tensor& x) {
+    return ops::empty({modes::get_ctx().new_dynamic_size(0, x.numel()), 1}, ScalarType::Long);
+  }, lib);
+  lib.def("small(Tensor x) -> Tensor");
+  lib.impl("small", [](const Tensor&) { return from_vector<int64_t>({0, 1, 2}, std::vector<int64_t>{3, 1}); },
+           DispatchKey::CPU);
+  modes::register_fake("ag_more::small", [](const Tensor&) {
+    return ops::empty({modes::get_ctx().new_dynamic_size(0, 2), 1}, ScalarType::Long);
+  }, lib);
+
+  const Tensor x = from_vector<float>({1, 0, 3});
+  auto results = modes::opcheck("ag_more::pair", {x}, {"test_schema", "test_faketensor"}, false);
+  EXPECT_THAT(results.at("test_schema"), HasSubstr("outputs 0 and 1 alias each other"));
+  EXPECT_THAT(results.at("test_faketensor"),
+              HasSubstr("outputs 0 and 1 share storage in the real kernel's results but not the fake impl's"));
+  results = modes::opcheck("ag_more::fakealias", {x}, {"test_faketensor"}, false);
+  EXPECT_THAT(results.at("test_faketensor"),
+              HasSubstr("output 0: the fake impl returns an alias of an input (a tensor sharing its storage) and the "
+                        "real kernel a fresh tensor"));
+  results = modes::opcheck("ag_more::offset", {x}, {"test_faketensor"}, false);
+  EXPECT_THAT(results.at("test_faketensor"), HasSubstr("the fake impl gives storage offset 0, the real kernel 1"));
+  const Tensor mine = from_vector<float>({1, 2, 3});
+  results = modes::opcheck("ag_more::optlist", {IValue(std::vector<IValue>{IValue(mine), IValue()})},
+                           {"test_schema"}, false);
+  EXPECT_THAT(results.at("test_schema"), HasSubstr("argument 'xs' was mutated"));
+  EXPECT_EQ(mine.to_vector<float>(), (std::vector<float>{1, 2, 3}));  // opcheck worked on a copy
+  results = modes::opcheck("ag_more::nonzero", {x}, {"test_schema", "test_faketensor"}, false);
+  EXPECT_EQ(results.at("test_faketensor"), "SUCCESS");
+  // Out of the symbol's range: named with the range.
+  results = modes::opcheck("ag_more::small", {x}, {"test_faketensor"}, false);
+  EXPECT_THAT(results.at("test_faketensor"),
+              AllOf(HasSubstr("the fake impl gives sizes [u0, 1], the real kernel [3, 1]"), HasSubstr("u0 in [0, 2]")));
+}
+
 TEST(Opcheck, CatchesWhatIsBrokenOneTestEach) {
   Library lib(Library::DEF, "ag_broken");
   // Mutates its input, though the schema says it does not.

@@ -164,6 +164,85 @@ TEST(CustomOp, EverythingGoesWithTheDef) {
   EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("cop_raii::f")).has_value());
 }
 
+// A custom op that writes an argument bumps its version counter on every call, as
+// PyTorch's custom_op does, whether or not anything requires grad: a tensor saved for
+// backward and then written is caught at backward, never a silent wrong gradient.
+TEST(CustomOp, AWrittenArgumentsVersionIsBumpedOnEveryCall) {
+  auto sin_ = custom_op("cop_version::sin_", [](Tensor& x) {
+    float* p = x.data_ptr<float>();  // writes through the pointer: only the op knows
+    for (int64_t i = 0; i < x.numel(); ++i) p[i] = std::sin(p[i]);
+  }, {"x"}, {"x"}, {"cpu"});
+  Tensor x = ops::full({3}, 2.0);
+  const uint32_t before = x._version();
+  sin_(x);
+  EXPECT_EQ(x._version(), before + 1);
+  const Tensor w = ops::ones({3}).set_requires_grad(true);
+  const Tensor y = ops::mul(w, x);  // saves x for w's gradient
+  sin_(x);
+  EXPECT_THAT(errorOf([&] { ops::sum(y).backward(); }), HasSubstr("modified by an inplace operation"));
+  // register_kernel's kernel bumps too.
+  sin_.register_kernel({"cpu"}, [](Tensor& t) { t.data_ptr<float>()[0] = 0; });
+  const uint32_t v = x._version();
+  sin_(x);
+  EXPECT_EQ(x._version(), v + 1);
+}
+
+// A mutating op with no results needs no fake impl of its own: it gets one that does
+// nothing (PyTorch's trivial fake impl), so it runs under FakeTensorMode; a
+// register_fake replaces it.
+TEST(CustomOp, AMutatingOpWithNoResultsHasATrivialFakeImpl) {
+  auto sin_ = custom_op("cop_trivial::sin_", [](Tensor& x) { x.copy_(sinOf(x)); }, {"x"}, {"x"}, {"cpu"});
+  {
+    auto mode = std::make_shared<modes::FakeTensorMode>();
+    modes::ModeGuard guard(mode);
+    Tensor f = ops::ones({4});
+    ASSERT_TRUE(modes::is_fake(f));
+    sin_(f);
+    EXPECT_EQ(f.size(0), 4);
+  }
+  int calls = 0;
+  sin_.register_fake([&](Tensor&) { ++calls; });
+  {
+    auto mode = std::make_shared<modes::FakeTensorMode>();
+    modes::ModeGuard guard(mode);
+    Tensor f = ops::ones({4});
+    sin_(f);
+  }
+  EXPECT_EQ(calls, 1);
+  // An op that returns something gets none: its outputs' metadata is the author's.
+  auto g = custom_op("cop_trivial::g", [](Tensor& x) { return x.clone(); }, {"x"}, {"x"}, {"cpu"});
+  auto mode = std::make_shared<modes::FakeTensorMode>();
+  modes::ModeGuard guard(mode);
+  Tensor f = ops::ones({4});
+  EXPECT_THAT(errorOf([&] { g(f); }), HasSubstr("cop_trivial::g"));
+}
+
+// A schema given must agree with mutates_args, and a custom op's tensors are positional.
+TEST(CustomOp, ASchemaGivenMustAgreeWithMutatesArgs) {
+  auto fill = [](const Tensor& x) { x.fill_(1.0); };
+  EXPECT_THAT(errorOf([&] { custom_op("cop_agree::a", fill, {"x"}, {}, {}, "(Tensor(a!) x) -> ()"); }),
+              AllOf(HasSubstr("custom_op(cop_agree::a)"), HasSubstr("writes {x} (Tensor(a!)), but mutates_args names {}")));
+  EXPECT_THAT(errorOf([&] { custom_op("cop_agree::b", [](Tensor& x) { x.fill_(1.0); }, {"x"}, {"x"}, {}, "(Tensor x) -> ()"); }),
+              HasSubstr("writes {} (Tensor(a!)), but mutates_args names {x}"));
+  EXPECT_THAT(errorOf([&] {
+                custom_op("cop_agree::c", [](const Tensor& x) { return x.clone(); }, {"x"}, {"nope"}, {},
+                          "(Tensor x) -> Tensor");
+              }),
+              HasSubstr("mutates_args names 'nope', which is not an argument of the schema"));
+  EXPECT_THAT(errorOf([&] {
+                custom_op("cop_agree::kw", [](const Tensor& x, const Tensor& y) { return ops::mul(x, y); }, {}, {}, {},
+                          "(Tensor x, *, Tensor y) -> Tensor");
+              }),
+              HasSubstr("argument 'y' (Tensor) is keyword-only; a custom op's tensor arguments must be positional"));
+  // Agreeing ones are made, "unknown" included; nothing refused stayed behind.
+  auto ok = custom_op("cop_agree::ok", [](Tensor& x) { x.fill_(1.0); }, {"x"}, {"x"}, {}, "(Tensor(a!) x) -> ()");
+  auto unk = custom_op("cop_agree::unk", [](Tensor& x) { x.fill_(1.0); }, {"x"}, MutatesArgs::unknown(), {},
+                       "(Tensor(a!) x) -> ()");
+  for (const char* n : {"cop_agree::a", "cop_agree::b", "cop_agree::c", "cop_agree::kw"}) {
+    EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName(n)).has_value()) << n;
+  }
+}
+
 // Note [Static registrations in bundles]: custom_op at namespace scope in a bundle
 // runs while the host captures. It must not throw (that would end the process): its
 // def is refused and recorded, and calling it says why.

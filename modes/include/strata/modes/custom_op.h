@@ -66,6 +66,54 @@ class STRATA_MODES_API MutatesArgs {
   bool unknown_ = false;
 };
 
+namespace detail {
+// Bumps the version counter of each tensor in a (Note [Version counters]).
+template <typename T>
+void bumpVersions(const T& a) {
+  using D = std::remove_cvref_t<T>;
+  if constexpr (std::is_same_v<D, Tensor>) {
+    if (a.defined() && a.wrapper() == nullptr) a.storage()->bump_version();
+  } else if constexpr (std::is_same_v<D, std::optional<Tensor>>) {
+    if (a) bumpVersions(*a);
+  } else if constexpr (std::is_same_v<D, std::vector<Tensor>> || std::is_same_v<D, ArrayRef<Tensor>> ||
+                       std::is_same_v<D, std::vector<std::optional<Tensor>>>) {
+    for (const auto& t : a) bumpVersions(t);
+  }
+}
+
+// A custom op's kernel as registered: fn, and after it a bump of the version counter
+// of every argument the schema declares written, on every call, as PyTorch's
+// custom_op does at ADInplaceOrView: a tensor saved for backward and then written by
+// the op is then caught at backward ("modified by an inplace operation") whether or
+// not anything in the call required grad. fn itself when nothing is written.
+template <typename Sig>
+struct WriteBumping;
+template <typename R, typename... A>
+struct WriteBumping<R(A...)> {
+  template <typename F>
+  static auto wrap(F&& fn, const std::vector<bool>& written) {
+    using Fn = std::decay_t<F>;
+    return [fn = Fn(std::forward<F>(fn)), written](A... a) -> R {
+      auto bump = [&] {
+        size_t i = 0;
+        ((written[i++] ? bumpVersions(a) : void()), ...);
+        (void)i;
+      };
+      if constexpr (std::is_void_v<R>) {
+        fn(std::forward<A>(a)...);
+        bump();
+      } else {
+        R r = fn(std::forward<A>(a)...);
+        bump();
+        return r;
+      }
+    };
+  }
+};
+// Which of op's arguments its schema declares written.
+STRATA_MODES_API std::vector<bool> writtenArguments(std::string_view op);
+}  // namespace detail
+
 class STRATA_MODES_API CustomOpDef {
  public:
   CustomOpDef(CustomOpDef&&) noexcept;
@@ -80,12 +128,7 @@ class STRATA_MODES_API CustomOpDef {
   // fn becomes the kernel of each device type (replacing the one custom_op gave it).
   template <typename F>
   CustomOpDef& register_kernel(std::vector<std::string> device_types, F&& fn,
-                               std::source_location where = std::source_location::current()) {
-    for (const std::string& d : device_types) {
-      lib().impl(name_, fn, checkDeviceType(d, "register_kernel"), ImplOptions{.allow_override = true}, where);
-    }
-    return *this;
-  }
+                               std::source_location where = std::source_location::current());
   // The op's fake implementation (register_fake); a custom op may replace its own.
   template <typename F>
   CustomOpDef& register_fake(F&& fn, std::source_location where = std::source_location::current()) {
@@ -172,6 +215,17 @@ STRATA_MODES_API std::unique_ptr<Library> defineCustomOp(std::string_view name, 
                                                          const std::vector<Tag>& tags, std::source_location where);
 STRATA_MODES_API std::vector<DispatchKey> customOpKeys(std::string_view name,
                                                        const std::vector<std::string>& device_types);
+inline bool anyWritten(const std::vector<bool>& written) {
+  for (bool w : written) {
+    if (w) return true;
+  }
+  return false;
+}
+// A mutating op with no results gets a fake impl that does nothing (PyTorch's trivial
+// fake impl, can_generate_trivial_fake_impl), unless fn already is its Meta kernel; a
+// register_fake replaces it.
+STRATA_MODES_API void addTrivialFake(Library& lib, std::string_view name, const std::vector<DispatchKey>& keys,
+                                     std::source_location where);
 
 template <typename F>
 struct CustomOpSig {
@@ -203,8 +257,32 @@ TypedCustomOpDef<typename detail::CustomOpSig<F>::type> custom_op(
   std::unique_ptr<Library> lib =
       detail::defineCustomOp(name, infer_schema<std::remove_cvref_t<F>>(), arg_names, mutates_args, schema, tags,
                              where);
-  for (DispatchKey k : keys) lib->impl(std::string(name), fn, k, ImplOptions{}, where);
+  const std::vector<bool> written = detail::writtenArguments(name);
+  for (DispatchKey k : keys) {
+    if (detail::anyWritten(written)) {
+      lib->impl(std::string(name), detail::WriteBumping<Sig>::wrap(fn, written), k, ImplOptions{}, where);
+    } else {
+      lib->impl(std::string(name), fn, k, ImplOptions{}, where);
+    }
+  }
+  detail::addTrivialFake(*lib, name, keys, where);
   return TypedCustomOpDef<Sig>(std::string(name), std::move(lib));
+}
+
+template <typename F>
+CustomOpDef& CustomOpDef::register_kernel(std::vector<std::string> device_types, F&& fn,
+                                          std::source_location where) {
+  using Sig = typename detail::CustomOpSig<F>::type;
+  const std::vector<bool> written = detail::writtenArguments(name_);
+  for (const std::string& d : device_types) {
+    const DispatchKey k = checkDeviceType(d, "register_kernel");
+    if (detail::anyWritten(written)) {
+      lib().impl(name_, detail::WriteBumping<Sig>::wrap(fn, written), k, ImplOptions{.allow_override = true}, where);
+    } else {
+      lib().impl(name_, fn, k, ImplOptions{.allow_override = true}, where);
+    }
+  }
+  return *this;
 }
 
 }  // namespace strata::modes
