@@ -363,6 +363,14 @@ void checkInplace(const OperatorHandle& op, const FunctionSchema& schema, const 
                    "' is a view of part of a storage, and writing a value that requires grad into it in place would "
                    "lose the gradient of the tensor it views (Strata's autograd does not rebase views); write into "
                    "a tensor of its own, or detach() the value");
+      // Nor into a plain tensor whose storage another tensor shares (its base, a view
+      // of it, a view covering it whole): that one would keep no history, and the
+      // gradient through it would be lost without a word. A tensor that requires grad
+      // already is tracked: its views notice the write (checkViewsCurrent).
+      STRATA_CHECK(t.requires_grad() || t.storage().use_count() <= 1, Value, op.name(), ": argument '", args[i].name,
+                   "' shares its storage with another tensor (a view of it, or the tensor it views), and writing a "
+                   "value that requires grad into it in place would lose the gradient through that other tensor "
+                   "(Strata's autograd does not rebase views); write into a tensor of its own, or detach() the value");
     });
   }
 }

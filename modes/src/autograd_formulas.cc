@@ -145,8 +145,10 @@ std::vector<Def> coreFormulas() {
                  Out out = none(2);
                  if (ctx.needs_input_grad(0)) out[0] = sumTo(ops::div(g[0], other), intsOf(ctx, "self_sizes"));
                  if (ctx.needs_input_grad(1)) {
-                   // d(a/b)/db = -a / b^2
-                   out[1] = sumTo(ops::neg(ops::div(ops::mul(g[0], self), ops::mul(other, other))),
+                   // d(a/b)/db = -a / b^2, computed as PyTorch does, -g * ((a / b) / b): b^2
+                   // and g * a overflow or underflow where the quotients do not (a float16 b
+                   // of 300, a float32 b of 1e20).
+                   out[1] = sumTo(ops::neg(ops::mul(g[0], ops::div(ops::div(self, other), other))),
                                   intsOf(ctx, "other_sizes"));
                  }
                  return out;

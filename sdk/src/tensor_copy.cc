@@ -139,11 +139,14 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
 
 const Tensor& Tensor::fill_(const Scalar& value) const {
   if (viaOps()) {
-    if (wrapper() != nullptr) throwWrapper("fill_()");
-    STRATA_CHECK(!is_leaf(), Value, "a leaf Variable that requires grad is being used in an in-place operation "
-                 "(fill_)");
-    STRATA_FAIL(Value, "fill_() of a tensor that requires grad (made by ", grad_fn_name(), "): Strata's autograd "
-                "does not differentiate fill_; use copy_ from a full() tensor, or detach() first");
+    // A copy of a constant, through the op, so that each layer sees it: autograd
+    // refuses a leaf that requires grad (unless grad mode is off, as when
+    // initializing parameters under no_grad) and records a non-leaf's write (the
+    // gradient to what it held is zero, as fill_'s is); vmap and fake tensors write
+    // their own way.
+    Tensor self = *this;
+    ops::copy_(self, ops::full(std::vector<int64_t>(sizes().begin(), sizes().end()), value, dtype(), device()));
+    return *this;
   }
   if (is_meta() || numel() == 0) return *this;
   storage()->bump_version();  // Note [Version counters] in modes/autograd.h

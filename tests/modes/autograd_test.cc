@@ -196,6 +196,61 @@ TEST(Autograd, InPlaceErrorsFollowVersionCounters) {
   EXPECT_EQ(vals(x.grad()), (std::vector<float>{2, 2}));
 }
 
+// fill_ and zero_ go through copy_, so each layer sees them: under no_grad they
+// initialize a leaf that requires grad (PyTorch's parameter init); on a non-leaf they
+// are recorded, and the gradient to what it held is zero.
+TEST(Autograd, FillAndZeroFollowGradMode) {
+  const Tensor w = leaf({1, 2, 3}, {3});
+  {
+    modes::NoGradGuard no_grad;
+    w.fill_(0.5);
+    EXPECT_EQ(vals(w), (std::vector<float>{0.5f, 0.5f, 0.5f}));
+    w.zero_();
+  }
+  EXPECT_EQ(vals(w), (std::vector<float>{0, 0, 0}));
+  EXPECT_TRUE(w.is_leaf());
+  EXPECT_TRUE(w.requires_grad());
+  EXPECT_THAT(errorOf([&] { w.zero_(); }), HasSubstr("a leaf Variable that requires grad"));
+  const Tensor x = leaf({1, 2}, {2});
+  const Tensor y = ops::mul(x, 3.0);
+  y.fill_(7.0);
+  EXPECT_EQ(vals(y), (std::vector<float>{7, 7}));
+  ops::sum(ops::add(y, x)).backward();
+  EXPECT_EQ(vals(x.grad()), (std::vector<float>{1, 1}));  // through x only: y's old value is gone
+}
+
+// The divisor's gradient, -g * ((a / b) / b) as PyTorch computes it: -g * a / b^2
+// overflows or underflows at b^2 where the quotients do not.
+TEST(Autograd, TheDivisorsGradientAvoidsSquaringIt) {
+  const Tensor a = leaf({1}, {1});
+  const Tensor b = from_vector<float>({1e20f}).set_requires_grad(true);
+  ops::sum(ops::div(a, b)).backward();
+  EXPECT_LT(std::abs(vals(b.grad())[0] + 1e-40f), 1e-42f);  // a subnormal float, not 0 (b^2 is inf)
+  const Tensor c = from_vector<float>({1e-30f}).set_requires_grad(true);
+  ops::sum(ops::div(from_vector<float>({1e-30f}), c)).backward();
+  EXPECT_FLOAT_EQ(vals(c.grad())[0], -1e30f);  // not -inf (c^2 is 0)
+}
+
+// A value that requires grad written in place into a plain tensor whose storage
+// another tensor shares would leave that other tensor without history: refused, never
+// a silently lost gradient (PyTorch rebases the views instead).
+TEST(Autograd, WritingIntoAStorageAnotherTensorSharesIsRefused) {
+  const Tensor a = leaf({1, 2, 3, 4}, {4});
+  const Tensor d = zeros({2, 2});
+  Tensor dv = d.view({4});
+  EXPECT_THAT(errorOf([&] { ops::copy_(dv, a); }),
+              AllOf(HasSubstr("argument 'self' shares its storage with another tensor"), HasSubstr("detach()")));
+  Tensor f = zeros({4});
+  const Tensor fv = f.view({2, 2});
+  EXPECT_THAT(errorOf([&] { ops::copy_(f, a); }), HasSubstr("shares its storage with another tensor"));
+  EXPECT_FALSE(f.requires_grad());  // nothing was written, nothing recorded
+  EXPECT_EQ(vals(f), (std::vector<float>{0, 0, 0, 0}));
+  // A tensor of its own takes the value and its history.
+  Tensor g = zeros({4});
+  ops::copy_(g, a);
+  EXPECT_EQ(g.grad_fn_name(), "CopyBackwards");
+}
+
 TEST(Autograd, TensorMethodsAreRecorded) {
   const Tensor x = leaf({1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_EQ(x.transpose(0, 1).grad_fn_name(), "TransposeBackward0");
