@@ -123,7 +123,9 @@ VmapRule sumDim() {
       for (int64_t d : args[1].toIntList()) dims.push_back(wrapDim(d, rank) + 1);
     }
     if (rank == 0) {
-      // A 0-d tensor reduces over its one pseudo dim: a [B] value stays [B].
+      // A 0-d tensor reduces over its one pseudo dim: a [B] value stays [B]. Given
+      // twice ({0, -1}), it is the plain op's error.
+      STRATA_CHECK(dims.size() <= 1, Value, "core::sum: dim 0 appears multiple times in the list of dims");
       x = ops::unsqueeze(x, 1);
       dims = {1};
       Tensor out = ops::sum(x, dims, false, dtype);
@@ -288,9 +290,18 @@ VmapRule reshapeLike(bool view) {
 // stack / cat: the layer gives every element batched at 0 (Tensor[] arguments).
 VmapRule stackLike(bool cat) {
   return [cat](const VmapInfo&, const InDims&, Stack& args) {
-    const std::vector<Tensor>& ts = args[0].toTensorList();
-    STRATA_CHECK(!ts.empty(), Value, cat ? "core::cat: expected a non-empty list of Tensors"
-                                         : "core::stack: stack expects a non-empty TensorList");
+    const std::vector<Tensor>& all = args[0].toTensorList();
+    STRATA_CHECK(!all.empty(), Value, cat ? "core::cat: expected a non-empty list of Tensors"
+                                          : "core::stack: stack expects a non-empty TensorList");
+    // cat skips an element whose logical shape is [0] (the legacy empty tensor), as
+    // the plain op and PyTorch's rule do; here it is [B, 0].
+    std::vector<Tensor> kept;
+    if (cat) {
+      for (const Tensor& t : all) {
+        if (!(t.dim() == 2 && t.size(1) == 0)) kept.push_back(t);
+      }
+    }
+    const std::vector<Tensor>& ts = cat && !kept.empty() ? kept : all;
     const int64_t rank = ts[0].dim() - 1;
     if (cat) {
       STRATA_CHECK(rank > 0, Value, "core::cat: zero-dimensional tensor (at position 0) cannot be concatenated");

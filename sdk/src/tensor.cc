@@ -571,10 +571,7 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 }
 
 Tensor Tensor::permute(IntArrayRef dims) const {
-  if (viaOps()) {
-    if (wrapper() != nullptr) throwWrapper("permute()");
-    return ops::permute(*this, std::vector<int64_t>(dims.begin(), dims.end()));
-  }
+  if (viaOps()) return ops::permute(*this, std::vector<int64_t>(dims.begin(), dims.end()));
   STRATA_CHECK(static_cast<int64_t>(dims.size()) == dim(), Value, "permute(", detail::shapeStr(dims),
                "): the number of dims does not match the tensor's ", dim());
   std::vector<int64_t> sizes(dims.size()), strides(dims.size());

@@ -543,8 +543,36 @@ TEST(VmapLevels, TensorMethodsOnBatchedTensorsGoThroughTheOps) {
   const Tensor x = rnd({4, 2, 3});
   const Tensor y = vmap([](const Tensor& t) { return t.transpose(0, 1).contiguous().reshape({6}).select(0, 1); })(x);
   EXPECT_TRUE(same(y, ops::select(ops::reshape(ops::contiguous(ops::transpose(x, 1, 2)), {4, 6}), 1, 1)));
-  EXPECT_THAT(errorOf([&] { vmap([](const Tensor& t) { return t.permute({1, 0}); })(x); }),
-              HasSubstr("permute() needs a tensor's data"));
+  EXPECT_TRUE(same(vmap([](const Tensor& t) { return t.permute({1, 0}); })(x), ops::permute(x, {0, 2, 1})));
+  // fill_ and zero_ write through copy_: an unbatched value into each slice.
+  const Tensor z = ops::clone(x);
+  vmap([](const Tensor& t) { return t.fill_(2.0); })(z);
+  EXPECT_TRUE(same(z, ops::full({4, 2, 3}, 2.0)));
+}
+
+// Outputs are flattened as PyTorch flattens a pytree: a tuple nested in an output and
+// an optional tensor are unwrapped too, and a batched tensor never leaves a vmap
+// through an out_dim of None, whichever vmap batched it.
+TEST(VmapLevels, NestedOutputsAreUnwrappedAndNoneOutDimsKeepNothingBatched) {
+  const Tensor x = rnd({3, 2});
+  auto f = [](const Tensor& t) { return std::make_tuple(t, std::make_tuple(ops::sin(t), ops::mul(t, 2.0))); };
+  const auto r = vmap(f)(x);
+  EXPECT_FALSE(modes::is_batched(std::get<0>(std::get<1>(r))));
+  EXPECT_TRUE(same(std::get<0>(std::get<1>(r)), ops::sin(x)));
+  EXPECT_TRUE(same(std::get<1>(std::get<1>(r)), ops::mul(x, 2.0)));
+  EXPECT_THAT(errorOf([&] { vmap(f, 0, {0, std::nullopt})(x); }),
+              HasSubstr("can not return a BatchedTensor when out_dim is None (output 1)"));
+  const auto o = vmap([](const Tensor& t) { return std::optional<Tensor>(ops::cos(t)); })(x);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_TRUE(same(*o, ops::cos(x)));
+  EXPECT_THAT(errorOf([&] { vmap([](const Tensor& t) { return std::optional<Tensor>(t); }, 0, std::nullopt)(x); }),
+              HasSubstr("can not return a BatchedTensor when out_dim is None"));
+  // An inner vmap's None out_dim and a tensor the outer vmap batched.
+  const Tensor y = rnd({5, 2});
+  EXPECT_THAT(errorOf([&] {
+                vmap([&](const Tensor& a) { return vmap([&](const Tensor&) { return a; }, 0, std::nullopt)(y); })(x);
+              }),
+              HasSubstr("(output 0, batched by an outer vmap)"));
 }
 
 // --- randomness and chunk_size. -------------------------------------------------
@@ -1099,6 +1127,21 @@ TEST(CoreBatchingRulesList, EveryCoreOpWithATensorArgumentHasARuleButAllclose) {
 TEST(CoreBatchingRulesList, ExpandRefusesMinusOneInANewDim) {
   EXPECT_THAT(errorOf([] { vmap([](const Tensor& t) { return ops::expand(t, {-1, 3}); })(rnd({4, 3})); }),
               HasSubstr("isn't allowed in a leading, non-existing dimension 0"));
+}
+
+// cat skips an element whose logical shape is [0], batched or not, as the plain op
+// does; sum over a 0-d slice's one dim given twice is the plain op's error.
+TEST(CoreBatchingRulesList, CatSkipsLegacyEmptyTensorsAndSumChecksRepeatedDims) {
+  const Tensor x = rnd({3, 2, 4});
+  const Tensor r = vmap([](const Tensor& t) { return ops::cat({t, ops::zeros({0})}, 0); })(x);
+  EXPECT_TRUE(same(r, x));
+  const Tensor empties = ops::zeros({3, 0});
+  const Tensor r2 = vmap([](const Tensor& t, const Tensor& e) { return ops::cat({e, t}, 1); })(x, empties);
+  EXPECT_TRUE(same(r2, x));
+  const Tensor s = rnd({3});
+  EXPECT_THAT(errorOf([&] { vmap([](const Tensor& t) { return ops::sum(t, std::vector<int64_t>{0, -1}); })(s); }),
+              HasSubstr("dim 0 appears multiple times"));
+  EXPECT_TRUE(same(vmap([](const Tensor& t) { return ops::sum(t, std::vector<int64_t>{0}); })(s), s));
 }
 
 TEST(CoreBatchingRulesList, FactoriesGiveUnbatchedResults) {

@@ -206,7 +206,8 @@ STRATA_MODES_API std::vector<std::string> core_ops_with_batching_rules();
 // vmap(fn, in_dims, out_dims, randomness, chunk_size): the call machinery. fn takes
 // Tensors, std::vector<Tensor>s and any other values (passed through: their in_dim
 // must be None) and returns a Tensor, a std::vector<Tensor>, or a std::tuple /
-// std::pair of those (other values in a tuple need out_dim None).
+// std::pair of those, nested tuples and std::optional<Tensor> included: the
+// outputs are flattened as a pytree (other values in a tuple need out_dim None).
 
 namespace detail {
 
@@ -279,7 +280,7 @@ class STRATA_MODES_API VmapCall {
     size_t output = 0;
     Tensor* tensor = nullptr;
     const std::type_info* type = nullptr;
-    bool list = false;  // an element of a std::vector<Tensor> output
+    bool list = false;  // an element of a std::vector<Tensor> output, or of a tuple in one
   };
   using Leaves = SmallVec<Leaf, 4>;
   void collectOutputs(size_t num_outputs, bool single_tensor, Leaves& leaves);
@@ -391,15 +392,24 @@ decltype(auto) wrapArg(VmapCall& call, const T& a) {
   else return (a);
 }
 
+// An output's tensors, flattened as PyTorch flattens a pytree: a tuple or pair
+// nested in an output and an optional tensor are walked too (their leaves share the
+// output's out_dim, or take one each from a list out_dim), so no batched tensor is
+// handed back unwrapped. Anything else is a non-tensor leaf.
 template <typename T>
-void leavesOf(T& v, size_t output, VmapCall::Leaves& leaves) {
+void leavesOf(T& v, size_t output, VmapCall::Leaves& leaves, bool nested = false) {
   using D = std::decay_t<T>;
   if constexpr (std::is_same_v<D, Tensor>) {
-    leaves.emplace_back(output, &v, &typeid(Tensor));
+    leaves.emplace_back(output, &v, &typeid(Tensor), nested);
   } else if constexpr (std::is_same_v<D, std::vector<Tensor>>) {
     for (Tensor& t : v) leaves.emplace_back(output, &t, &typeid(Tensor), true);
+  } else if constexpr (std::is_same_v<D, std::optional<Tensor>>) {
+    if (v.has_value()) leaves.emplace_back(output, &*v, &typeid(Tensor), nested);
+    else leaves.emplace_back(output, nullptr, &typeid(D), nested);
+  } else if constexpr (IsTupleLike<D>::value) {
+    std::apply([&](auto&... e) { (leavesOf(e, output, leaves, true), ...); }, v);
   } else {
-    leaves.emplace_back(output, nullptr, &typeid(D));
+    leaves.emplace_back(output, nullptr, &typeid(D), nested);
   }
 }
 
