@@ -125,8 +125,12 @@ class AccumulateGrad final : public Node {
     // it); readers of .grad take only `mu`.
     std::lock_guard<std::mutex> acc(m.accumulate_mu);
     Tensor old = m.grad();
-    if (old.defined()) {
-      m.set_grad(ops::add(old, g));
+    if (old.defined() && !is_grad_enabled()) {
+      // Into .grad itself, as PyTorch's `variable_grad += new_grad`: a reference to
+      // .grad taken before (an optimizer's, set_grad's buffer) sees the sum.
+      old.copy_(ops::add(old, g));
+    } else if (old.defined()) {
+      m.set_grad(ops::add(old, g));  // create_graph: a sum with history, out of place
     } else {
       // .grad never aliases a caller's tensor or a broadcast view (PyTorch clones
       // unless it holds the only reference to a contiguous gradient).

@@ -205,24 +205,34 @@ std::vector<Def> coreFormulas() {
                }});
   d.push_back({"core::matmul", "MatmulBackward0",
                [](AutogradContext& ctx, const Stack& in, const Stack&) {
-                 ctx.save_for_backward({in[0].toTensor(), in[1].toTensor()});
+                 // Each operand is saved only for the other's gradient (as PyTorch's mm
+                 // saves), so writing one whose gradient is not needed is no error.
+                 saveSizes(ctx, in, "self_sizes", 0);
+                 saveSizes(ctx, in, "other_sizes", 1);
+                 ctx.save_for_backward({ctx.needs_input_grad(1) ? in[0].toTensor() : Tensor(),
+                                        ctx.needs_input_grad(0) ? in[1].toTensor() : Tensor()});
                },
                [](AutogradContext& ctx, const Grads& g) {
                  const auto saved = ctx.saved_tensors();
-                 const Tensor& self = saved[0];
-                 const Tensor& other = saved[1];
+                 const std::vector<int64_t>& self_sizes = intsOf(ctx, "self_sizes");
+                 const std::vector<int64_t>& other_sizes = intsOf(ctx, "other_sizes");
                  // Promote 1-d operands to matrices, as matmul does, and the gradient with them.
-                 const Tensor a = self.dim() == 1 ? ops::unsqueeze(self, 0) : self;
-                 const Tensor b = other.dim() == 1 ? ops::unsqueeze(other, 1) : other;
+                 std::vector<int64_t> a_sizes = self_sizes, b_sizes = other_sizes;
+                 if (self_sizes.size() == 1) a_sizes.insert(a_sizes.begin(), 1);
+                 if (other_sizes.size() == 1) b_sizes.push_back(1);
                  Tensor G = g[0];
-                 if (other.dim() == 1) G = ops::unsqueeze(G, G.dim());
-                 if (self.dim() == 1) G = ops::unsqueeze(G, G.dim() - 1);
+                 if (other_sizes.size() == 1) G = ops::unsqueeze(G, G.dim());
+                 if (self_sizes.size() == 1) G = ops::unsqueeze(G, G.dim() - 1);
                  Out out = none(2);
                  if (ctx.needs_input_grad(0)) {
-                   out[0] = ops::reshape(sumTo(ops::matmul(G, ops::transpose(b, -1, -2)), sizesOf(a)), sizesOf(self));
+                   const Tensor& other = saved[1];
+                   const Tensor b = other.dim() == 1 ? ops::unsqueeze(other, 1) : other;
+                   out[0] = ops::reshape(sumTo(ops::matmul(G, ops::transpose(b, -1, -2)), a_sizes), self_sizes);
                  }
                  if (ctx.needs_input_grad(1)) {
-                   out[1] = ops::reshape(sumTo(ops::matmul(ops::transpose(a, -1, -2), G), sizesOf(b)), sizesOf(other));
+                   const Tensor& self = saved[0];
+                   const Tensor a = self.dim() == 1 ? ops::unsqueeze(self, 0) : self;
+                   out[1] = ops::reshape(sumTo(ops::matmul(ops::transpose(a, -1, -2), G), b_sizes), other_sizes);
                  }
                  return out;
                }});

@@ -231,6 +231,36 @@ TEST(Autograd, TheDivisorsGradientAvoidsSquaringIt) {
   EXPECT_FLOAT_EQ(vals(c.grad())[0], -1e30f);  // not -inf (c^2 is 0)
 }
 
+// .grad accumulates into itself, as PyTorch's does without create_graph: a reference
+// taken before (an optimizer's) sees the sum.
+TEST(Autograd, GradAccumulatesInPlace) {
+  const Tensor x = leaf({1, 2}, {2});
+  ops::sum(ops::mul(x, 3.0)).backward();
+  const Tensor g = x.grad();
+  ops::sum(ops::mul(x, 2.0)).backward();
+  EXPECT_EQ(vals(g), (std::vector<float>{5, 5}));
+  EXPECT_TRUE(g.is_alias_of(x.grad()));
+}
+
+// matmul saves each operand only for the other's gradient: a weight that needs none,
+// changed under no_grad before backward, is no error (as in PyTorch).
+TEST(Autograd, MatmulSavesOnlyWhatTheNeededGradientsUse) {
+  const Tensor w = from_vector<float>({1, 2, 3, 4}, std::vector<int64_t>{2, 2});
+  const Tensor x = leaf({1, 1}, {2});
+  const Tensor y = ops::sum(ops::matmul(w, x));
+  w.copy_(from_vector<float>({0, 0, 0, 0}, std::vector<int64_t>{2, 2}));
+  EXPECT_THAT(errorOf([&] { y.backward(); }), HasSubstr("modified by an inplace operation"));
+  const Tensor w2 = leaf({1, 2, 3, 4}, {2, 2});
+  const Tensor c = from_vector<float>({1, 1});
+  const Tensor y2 = ops::sum(ops::matmul(w2, c));
+  {
+    modes::NoGradGuard no_grad;
+    w2.fill_(0.0);  // w2's own gradient needs c only
+  }
+  y2.backward();
+  EXPECT_EQ(vals(w2.grad()), (std::vector<float>{1, 1, 1, 1}));
+}
+
 // A value that requires grad written in place into a plain tensor whose storage
 // another tensor shares would leave that other tensor without history: refused, never
 // a silently lost gradient (PyTorch rebases the views instead).
