@@ -79,12 +79,16 @@ std::unique_ptr<Library> defineCustomOp(std::string_view name, const FunctionSch
       STRATA_CHECK(seen.insert(n).second, Schema, call, ": argument name '", n, "' is given twice");
       named[i].name = n;
     }
-    // mutates_args: exactly the Tensor& parameters, or "unknown" (every tensor).
+    // mutates_args: exactly the Tensor& parameters and any Tensor?/Tensor[]/Tensor?[]
+    // ones named, or "unknown" (every tensor).
     for (const std::string& m : mutates_args.names()) {
       const auto it = std::find(arg_names.begin(), arg_names.end(), m);
       STRATA_CHECK(it != arg_names.end(), Schema, call, ": mutates_args names '", m, "', which is not an argument");
       const Argument& a = named[static_cast<size_t>(it - arg_names.begin())];
-      STRATA_CHECK(a.is_write(), Schema, call, ": mutates_args names '", m, "', but fn takes it as ",
+      // A Tensor? or a list of tensors has no mutable C++ form; its tensors' data can be
+      // written all the same, so naming it is enough (PyTorch's Tensor(a!)?, Tensor(a!)[]).
+      const bool tensor_container = a.type->kind() != TypeKind::Tensor && a.type->str().rfind("Tensor", 0) == 0;
+      STRATA_CHECK(a.is_write() || tensor_container, Schema, call, ": mutates_args names '", m, "', but fn takes it as ",
                    a.type->kind() == TypeKind::Tensor ? "const Tensor&: take it as Tensor& to mutate it"
                                                       : a.type->str() + ", which cannot be mutated");
     }
@@ -98,12 +102,25 @@ std::unique_ptr<Library> defineCustomOp(std::string_view name, const FunctionSch
                      Schema, call, ": fn takes '", a.name, "' as Tensor& (it may mutate it) but mutates_args does "
                      "not name it: add it, or take it as const Tensor&");
       }
-      if (mutates_args.is_unknown() && a.type->kind() == TypeKind::Tensor && !a.alias_info) {
+      // "unknown" is pessimistic about every tensor-like argument (Tensor, Tensor?,
+      // Tensor[], Tensor?[]), as PyTorch's infer_schema is.
+      const bool named_container =
+          a.type->kind() != TypeKind::Tensor &&
+          std::find(mutates_args.names().begin(), mutates_args.names().end(), a.name) != mutates_args.names().end();
+      if ((mutates_args.is_unknown() || named_container) && a.type->str().rfind("Tensor", 0) == 0 && !a.alias_info) {
         AliasInfo info;
         info.before_sets = {strata::detail::infer::aliasSetName(alias++)};
         info.after_sets = info.before_sets;
         info.is_write = true;
-        a.alias_info = info;
+        if (a.type->kind() == TypeKind::List) {
+          // On the element, inside the list's own (as the parser builds `Tensor(a!)[]`).
+          AliasInfo list;
+          list.is_write = true;
+          list.contained.push_back(std::move(info));
+          a.alias_info = std::move(list);
+        } else {
+          a.alias_info = std::move(info);
+        }
       }
     }
     schema = FunctionSchema(op.name, op.overload_name, std::move(named), inferred.returns());

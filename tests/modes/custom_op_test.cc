@@ -88,6 +88,23 @@ TEST(CustomOp, TheSeedsNumpySinInplaceMutatesItsArgument) {
   auto unk = custom_op("cop_inplace::unk", [](const Tensor& a, const Tensor& b, double) { return ops::add(a, b); },
                        {"a", "b", "c"}, MutatesArgs::unknown());
   EXPECT_EQ(unk.schema().str(), "cop_inplace::unk(Tensor(a!) a, Tensor(b!) b, float c) -> Tensor");
+  auto unk2 = custom_op(
+      "cop_inplace::unk2",
+      [](const std::optional<Tensor>& a, const std::vector<Tensor>& b) { return a ? a->clone() : b.at(0).clone(); },
+      {"a", "b"}, MutatesArgs::unknown());
+  EXPECT_EQ(unk2.schema().str(), "cop_inplace::unk2(Tensor(a!)? a, Tensor(b!)[] b) -> Tensor");
+  const Tensor t = from_vector<float>({1.0f});
+  const uint32_t v = t._version();
+  EXPECT_TRUE(ops::allclose(unk2(std::nullopt, {t}), t));
+  EXPECT_EQ(t._version(), v + 1);  // taken as written, so bumped
+  // Named: a Tensor[] or Tensor? has no mutable C++ form, so the name says it.
+  auto named = custom_op(
+      "cop_inplace::zero_all", [](const std::vector<Tensor>& xs) { for (const Tensor& x : xs) x.zero_(); }, {"xs"},
+      {"xs"});
+  EXPECT_EQ(named.schema().str(), "cop_inplace::zero_all(Tensor(a!)[] xs) -> ()");
+  const Tensor u = from_vector<float>({3.0f});
+  named({u});
+  EXPECT_EQ(u.to_vector<float>(), (std::vector<float>{0.0f}));
 }
 
 TEST(CustomOp, TheSeedsBarFactoryDispatchesOnItsDevice) {
