@@ -133,8 +133,12 @@ TEST(CustomOp, RegisterFakeAndRegisterVmapWorkOnTheOp) {
     EXPECT_TRUE(modes::is_fake(y));
     EXPECT_EQ(y.size(0), 4);
   }
-  // A custom op may replace its own fake impl.
+  // A custom op may replace its own fake impl, and its rules.
   lin.register_fake([](const Tensor& x, double) { return ops::sum(x); });
+  lin.register_vmap([](const modes::VmapInfo&, const modes::InDims&, Stack&) -> modes::VmapResult {
+    ADD_FAILURE() << "replaced";
+    return {};
+  });
   int rule_calls = 0;
   lin.register_vmap([&](const modes::VmapInfo&, const modes::InDims& in_dims, Stack& args) {
     ++rule_calls;

@@ -129,7 +129,9 @@ class STRATA_MODES_API CustomOpDef {
   template <typename F>
   CustomOpDef& register_kernel(std::vector<std::string> device_types, F&& fn,
                                std::source_location where = std::source_location::current());
-  // The op's fake implementation (register_fake); a custom op may replace its own.
+  // The op's fake implementation (register_fake). A custom op owns its op, so each of
+  // these replaces the one it registered before, as in PyTorch (a bare
+  // register_fake/register_autograd/... needs allow_override for that).
   template <typename F>
   CustomOpDef& register_fake(F&& fn, std::source_location where = std::source_location::current()) {
     modes::register_fake(name_, std::forward<F>(fn), lib(), /*allow_override=*/true, where);
@@ -137,23 +139,25 @@ class STRATA_MODES_API CustomOpDef {
   }
   CustomOpDef& register_autocast(std::string_view device_type, ScalarType cast_inputs,
                                  std::source_location where = std::source_location::current()) {
-    modes::register_autocast(name_, device_type, cast_inputs, lib(), /*allow_override=*/false, where);
+    modes::register_autocast(name_, device_type, cast_inputs, lib(), /*allow_override=*/true, where);
     return *this;
   }
   // The op's backward formula (register_autograd): setup_context saves what backward
   // needs; the keyword-only form for an op with keyword-only arguments.
   CustomOpDef& register_autograd(BackwardFn backward, SetupContextFn setup_context = {},
                                  std::source_location where = std::source_location::current()) {
-    modes::register_autograd(name_, std::move(backward), std::move(setup_context), lib(), false, where);
+    modes::register_autograd(name_, std::move(backward), std::move(setup_context), lib(), /*allow_override=*/true,
+                             where);
     return *this;
   }
   CustomOpDef& register_autograd(BackwardFn backward, SetupContextKwFn setup_context,
                                  std::source_location where = std::source_location::current()) {
-    modes::register_autograd(name_, std::move(backward), std::move(setup_context), lib(), false, where);
+    modes::register_autograd(name_, std::move(backward), std::move(setup_context), lib(), /*allow_override=*/true,
+                             where);
     return *this;
   }
   CustomOpDef& register_vmap(VmapRule rule, std::source_location where = std::source_location::current()) {
-    modes::register_vmap(name_, std::move(rule), lib(), /*allow_override=*/false, where);
+    modes::register_vmap(name_, std::move(rule), lib(), /*allow_override=*/true, where);
     return *this;
   }
   // Turns the op's kernel for a device type off (or on) for a scope, as
