@@ -395,6 +395,10 @@ void Tensor::set_grad(const Tensor& grad) const {
     STRATA_CHECK(std::equal(grad.sizes().begin(), grad.sizes().end(), sizes().begin(), sizes().end()), Value,
                  "assigned grad has data of a different size: the tensor has sizes ", detail::shapeStr(sizes()),
                  ", the grad ", detail::shapeStr(grad.sizes()));
+    STRATA_CHECK(grad.dtype() == dtype(), Value, "assigned grad has data of a different type: the tensor is ",
+                 toString(dtype()), ", the grad ", toString(grad.dtype()));
+    STRATA_CHECK(grad.device().type == device().type, Value, "assigned grad has data on a different device: the "
+                 "tensor is on ", device().str(), ", the grad on ", grad.device().str());
   }
   if (m == nullptr) {
     STRATA_CHECK(!grad.defined(), NotImplemented, "set_grad: this tensor has no autograd metadata and no autograd "

@@ -78,6 +78,8 @@ TEST(Autograd, BackwardAccumulatesIntoLeaves) {
   x.set_grad(Tensor());
   EXPECT_FALSE(x.grad().defined());
   EXPECT_THAT(errorOf([&] { x.set_grad(ones({2})); }), HasSubstr("different size"));
+  EXPECT_THAT(errorOf([&] { x.set_grad(ones({3}, ScalarType::Double)); }),
+              HasSubstr("assigned grad has data of a different type: the tensor is float32, the grad float64"));
 }
 
 TEST(Autograd, SharedSubexpressionsAndManyOutputs) {
