@@ -173,6 +173,9 @@ const Tensor& Tensor::fill_(const Scalar& value) const {
 }
 
 Tensor Tensor::contiguous() const {
+  // Already contiguous: the tensor itself, a leaf that requires grad included (as
+  // PyTorch's, which records nothing then).
+  if (wrapper() == nullptr && is_contiguous()) return *this;
   if (viaOps()) return ops::contiguous(*this);
   return is_contiguous() ? *this : clone();
 }
@@ -185,6 +188,8 @@ Tensor Tensor::clone() const {
 }
 
 Tensor Tensor::to(Device device, ScalarType dtype) const {
+  // Nothing to change: the tensor itself, as PyTorch's to() (no copy, nothing recorded).
+  if (wrapper() == nullptr && sameDevice(this->device(), device) && dtype == this->dtype()) return *this;
   if (viaOps()) {
     if (!sameDevice(this->device(), device)) {
       if (wrapper() != nullptr) throwWrapper("to(Device)");
@@ -193,7 +198,6 @@ Tensor Tensor::to(Device device, ScalarType dtype) const {
     }
     return ops::to(*this, dtype);
   }
-  if (sameDevice(this->device(), device) && dtype == this->dtype()) return *this;
   Tensor out = empty(sizes(), TensorOptions(dtype).with_device(device));
   out.copy_(*this);
   return out;

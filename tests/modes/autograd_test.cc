@@ -292,10 +292,14 @@ TEST(Autograd, TensorMethodsAreRecorded) {
   EXPECT_EQ(x.slice(1, 0, 2).grad_fn_name(), "NarrowBackward0");
   EXPECT_EQ(x.clone().grad_fn_name(), "CloneBackward0");
   EXPECT_EQ(x.to(ScalarType::Double).grad_fn_name(), "ToCopyBackward0");
-  // A view op that returns its input's own tensor leaves the input a leaf.
+  // contiguous() of a contiguous tensor, and to() of its own dtype, are the tensor
+  // itself, as in PyTorch: nothing recorded, the leaf stays the leaf.
   const Tensor c = x.contiguous();
   EXPECT_TRUE(x.is_leaf());
-  EXPECT_FALSE(c.is_leaf());
+  EXPECT_TRUE(c.is_leaf());
+  EXPECT_EQ(c.unsafeGetTensorImpl(), x.unsafeGetTensorImpl());
+  EXPECT_EQ(x.to(ScalarType::Float).unsafeGetTensorImpl(), x.unsafeGetTensorImpl());
+  EXPECT_EQ(x.transpose(0, 1).contiguous().grad_fn_name(), "CloneBackward0");
   EXPECT_THAT(errorOf([&] { x.slice(1, 0, 3, 2); }), HasSubstr("slice() with a step of a tensor that requires grad"));
   EXPECT_THAT(errorOf([&] { x.as_strided({2}, {1}); }), HasSubstr("as_strided() of a tensor that requires grad"));
   ops::sum(ops::mul(x.transpose(0, 1).select(0, 2), 5.0)).backward();
