@@ -32,6 +32,23 @@ std::string shapeStr(IntArrayRef s) {
   return out + "]";
 }
 
+// g summed down to `shape` when shape broadcasts to g's shape (leading dims, and dims
+// of size 1); g as it is otherwise, for the caller's check to name.
+Tensor sumToShape(const Tensor& g, const std::vector<int64_t>& shape) {
+  const int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
+  if (lead < 0) return g;
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < lead; ++i) dims.push_back(i);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const int64_t have = g.size(lead + static_cast<int64_t>(i));
+    if (shape[i] == have) continue;
+    if (shape[i] != 1) return g;
+    dims.push_back(lead + static_cast<int64_t>(i));
+  }
+  if (dims.empty()) return g;
+  return ops::reshape(ops::sum(g, dims, /*keepdim=*/true), shape);
+}
+
 std::string typeStr(const Tensor& t) {
   return "[" + std::string(toString(t.device().type)) + ":" + toString(t.dtype()) + " " + shapeStr(t.sizes()) + "]";
 }
@@ -581,6 +598,11 @@ std::vector<Tensor> FormulaNode::apply(std::vector<Tensor>&& grads) {
       const size_t slot = s.first + j;
       if (!gs[j].defined()) continue;
       const Node::InputMeta& m = arg_metas_[slot];
+      // A gradient the input's shape broadcasts to is summed down to it, as PyTorch's
+      // engine does (validate_outputs: sum_to).
+      if (!std::equal(gs[j].sizes().begin(), gs[j].sizes().end(), m.sizes.begin(), m.sizes.end())) {
+        gs[j] = sumToShape(gs[j], m.sizes);
+      }
       STRATA_CHECK(std::equal(gs[j].sizes().begin(), gs[j].sizes().end(), m.sizes.begin(), m.sizes.end()), Value, op,
                    ": the backward formula returned a gradient of shape ", shapeStr(gs[j].sizes()), " for input ", i,
                    " (", arg, s.is_list ? ", element " + std::to_string(j) : std::string(), "), which has shape ",
@@ -724,9 +746,10 @@ RegistrationHandleRAII registerUserFormula(std::string_view op_name, BackwardFn 
                  "positional");
   }
   for (const Argument& r : schema.returns()) functional = functional && !r.alias_info;
+  functional = functional && !schema.returns().empty();  // PyTorch's is_functional_schema
   STRATA_CHECK(functional, Value, "cannot register an autograd formula for non-functional operator ",
-               op->operator_name().str(), " (", schema.str(), "): register_autograd takes ops that write no argument "
-               "and return no alias of one");
+               op->operator_name().str(), " (", schema.str(), "): register_autograd takes ops that write no argument, "
+               "return something, and return no alias of an argument");
   STRATA_CHECK(!(has_kw && setup), Value, call, ": ", schema.str(), " has keyword-only arguments, so setup_context "
                "must take (ctx, inputs, keyword_only_inputs, output)");
   const std::string debug = modes::detail::registeredAt(loc);

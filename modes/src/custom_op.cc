@@ -174,6 +174,19 @@ std::vector<bool> writtenArguments(std::string_view op) {
   return out;
 }
 
+void checkDeviceKernelsCanBeReached(std::string_view name, const std::vector<DispatchKey>& keys) {
+  if (keys.size() == 1 && keys[0] == DispatchKey::CompositeExplicitAutograd) return;
+  const std::optional<OperatorHandle> h = Dispatcher::singleton().findSchema(parseOperatorName(name));
+  if (!h) return;
+  for (const Argument& a : h->schema().arguments()) {
+    const std::string t = a.type->str();
+    if (t.rfind("Tensor", 0) == 0 || t.rfind("Device", 0) == 0) return;
+  }
+  STRATA_FAIL(Schema, "custom_op(", name, "): it takes no tensor, so a kernel per device type (device_types) needs "
+              "a Device argument to dispatch on: add one, or give no "
+              "device_types");
+}
+
 void addTrivialFake(Library& lib, std::string_view name, const std::vector<DispatchKey>& keys,
                     std::source_location where) {
   if (std::find(keys.begin(), keys.end(), DispatchKey::Meta) != keys.end()) return;  // fn is its Meta kernel

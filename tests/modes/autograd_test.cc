@@ -503,6 +503,20 @@ TEST(RegisterAutograd, ErrorsNameTheOp) {
   EXPECT_THAT(errorOf([&] { ops::sum(two.call(a, b)).backward(); }),
               HasSubstr("ag_errs::two: the backward formula returned a gradient of shape [3] for input 0 (a), which "
                         "has shape [2]"));
+  // One the input broadcasts to is summed down to it, as PyTorch's engine does.
+  auto h3 = modes::register_autograd(
+      "ag_errs::two",
+      [](modes::AutogradContext&, const std::vector<Tensor>&) -> std::vector<IValue> {
+        return {ops::ones({3, 2}), IValue()};
+      },
+      modes::SetupContextFn{}, /*allow_override=*/true);
+  const Tensor a2 = leaf({1, 2}, {2});
+  ops::sum(two.call(a2, b)).backward();
+  EXPECT_EQ(vals(a2.grad()), (std::vector<float>{3, 3}));
+  // An op that returns nothing is not functional (PyTorch's is_functional_schema).
+  lib.def("returns_nothing(Tensor x) -> ()");
+  EXPECT_THAT(errorOf([&] { modes::register_autograd("ag_errs::returns_nothing", bw); }),
+              HasSubstr("non-functional operator ag_errs::returns_nothing"));
   // No formula at all: the outputs require grad, the backward raises.
   const auto nf = Dispatcher::singleton().findSchemaOrThrow("ag_errs::noformula").typed<Tensor(const Tensor&)>();
   const Tensor y = nf.call(a);

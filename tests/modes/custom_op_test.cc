@@ -162,6 +162,9 @@ TEST(CustomOp, ErrorsNameTheOpAndTheReason) {
               AllOf(HasSubstr("mutates_args names 'x'"), HasSubstr("take it as Tensor&")));
   EXPECT_THAT(errorOf([&] { custom_op("cop_err::g", [](Tensor& x) { return x; }, {"x"}, {}); }),
               AllOf(HasSubstr("custom_op(cop_err::g)"), HasSubstr("mutates_args does not name it")));
+  EXPECT_THAT(errorOf([&] { custom_op("cop_err::nodev", [](int64_t n) { return ones({n}); }, {"n"}, {}, {"cpu"}); }),
+              AllOf(HasSubstr("custom_op(cop_err::nodev): it takes no tensor"), HasSubstr("needs a Device argument")));
+  EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("cop_err::nodev")).has_value());
   EXPECT_THAT(errorOf([&] { custom_op("cop_err::f", id, {"x"}, {}, {"tpu"}); }),
               AllOf(HasSubstr("custom_op(cop_err::f)"), HasSubstr("unknown device type 'tpu'")));
   EXPECT_THAT(errorOf([&] { custom_op("noseparator", id, {"x"}, {}); }), HasSubstr("noseparator"));

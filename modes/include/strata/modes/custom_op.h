@@ -228,6 +228,10 @@ inline bool anyWritten(const std::vector<bool>& written) {
 // A mutating op with no results gets a fake impl that does nothing (PyTorch's trivial
 // fake impl, can_generate_trivial_fake_impl), unless fn already is its Meta kernel; a
 // register_fake replaces it.
+// Error(Schema) when device kernels could never be chosen: no tensor argument and no
+// Device one (PyTorch: "Functions without tensor inputs are required to have a
+// `device: torch.device` argument").
+STRATA_MODES_API void checkDeviceKernelsCanBeReached(std::string_view name, const std::vector<DispatchKey>& keys);
 STRATA_MODES_API void addTrivialFake(Library& lib, std::string_view name, const std::vector<DispatchKey>& keys,
                                      std::source_location where);
 
@@ -261,6 +265,7 @@ TypedCustomOpDef<typename detail::CustomOpSig<F>::type> custom_op(
   std::unique_ptr<Library> lib =
       detail::defineCustomOp(name, infer_schema<std::remove_cvref_t<F>>(), arg_names, mutates_args, schema, tags,
                              where);
+  detail::checkDeviceKernelsCanBeReached(name, keys);  // a throw here undoes the def (lib goes)
   const std::vector<bool> written = detail::writtenArguments(name);
   for (DispatchKey k : keys) {
     if (detail::anyWritten(written)) {
