@@ -252,10 +252,10 @@ std::string folderOf(const std::string& path) {
 }
 
 // Runs one statement, retrying while another connection holds a lock the busy
-// handler does not wait for (PRAGMA journal_mode takes one), for up to 10 s.
-int execRetryingBusy(sqlite3* db, const char* sql) {
+// handler does not wait for (PRAGMA journal_mode takes one), for up to `wait`.
+int execRetryingBusy(sqlite3* db, const char* sql, std::chrono::milliseconds wait) {
   int rc = SQLITE_OK;
-  for (int i = 0; i < 1000; ++i) {
+  for (int64_t i = 0; i < std::max<int64_t>(1, wait.count() / 10); ++i) {
     rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
     if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -292,7 +292,7 @@ void Store::openConnection(bool create) {
 }
 
 void Store::useWal() {
-  const int rc = execRetryingBusy(db_, "PRAGMA journal_mode=WAL");
+  const int rc = execRetryingBusy(db_, "PRAGMA journal_mode=WAL", busy_timeout_);
   if ((rc & 0xff) == SQLITE_READONLY || (rc & 0xff) == SQLITE_CANTOPEN) {
     const std::string folder = folderOf(path_);
     if (::access(folder.c_str(), W_OK) != 0) {
@@ -432,7 +432,7 @@ void Store::fail(const std::string& what) {
     why += std::string(" (") + std::strerror(sys) + ")";
   } else if (code == SQLITE_FULL || sqlite3_extended_errcode(db_) == SQLITE_IOERR_WRITE) {
     why += " (a write was cut short: the disk is full or a file-size limit was reached)";
-  } else if (code == SQLITE_BUSY) {
+  } else if (sqlite3_extended_errcode(db_) == SQLITE_BUSY) {  // not BUSY_SNAPSHOT/RECOVERY: those do not wait
     const int64_t ms = busy_timeout_.count();
     why += " (another connection held its lock for longer than the " +
            (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") + " Strata waits for it)";

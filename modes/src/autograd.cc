@@ -142,9 +142,10 @@ class AccumulateGrad final : public Node {
     // it); readers of .grad take only `mu`.
     std::lock_guard<std::mutex> acc(m.accumulate_mu);
     Tensor old = m.grad();
-    if (old.defined() && !is_grad_enabled()) {
+    if (old.defined() && !is_grad_enabled() && old.is_contiguous()) {
       // Into .grad itself, as PyTorch's `variable_grad += new_grad`: a reference to
-      // .grad taken before (an optimizer's, set_grad's buffer) sees the sum.
+      // .grad taken before (an optimizer's, set_grad's buffer) sees the sum. A .grad
+      // set to an overlapping layout (an expanded tensor) is summed out of place.
       old.copy_(ops::add(old, g));
     } else if (old.defined()) {
       m.set_grad(ops::add(old, g));  // create_graph: a sum with history, out of place
@@ -389,7 +390,8 @@ void checkInplace(const OperatorHandle& op, const FunctionSchema& schema, const 
       // gradient through it would be lost without a word. A tensor that requires grad
       // already is tracked: its views notice the write (checkViewsCurrent).
       STRATA_CHECK(t.requires_grad() || t.storage().use_count() <= 1, Value, op.name(), ": argument '", args[i].name,
-                   "' shares its storage with another tensor (a view of it, or the tensor it views), and writing a "
+                   "' shares its storage with another tensor (a view of it, the tensor it views, or a detach()ed "
+                   "alias), and writing a "
                    "value that requires grad into it in place would lose the gradient through that other tensor "
                    "(Strata's autograd does not rebase views); write into a tensor of its own, or detach() the value");
     });

@@ -305,7 +305,12 @@ VmapRule stackLike(bool cat) {
     const int64_t rank = ts[0].dim() - 1;
     if (cat) {
       STRATA_CHECK(rank > 0, Value, "core::cat: zero-dimensional tensor (at position 0) cannot be concatenated");
-      return one(IValue(ops::cat(ts, wrapDim(args[1].toInt(), rank) + 1)), 0);
+      Tensor out = ops::cat(ts, wrapDim(args[1].toInt(), rank) + 1);
+      // A skipped element still takes part in the result's dtype, as in the plain op.
+      ScalarType dtype = out.dtype();
+      for (const Tensor& t : all) dtype = ops::promoteTypes(dtype, t.dtype());
+      if (dtype != out.dtype()) out = ops::to(out, dtype);
+      return one(IValue(std::move(out)), 0);
     }
     return one(IValue(ops::stack(ts, wrapDim(args[1].toInt(), rank + 1) + 1)), 0);
   };

@@ -196,12 +196,7 @@ void addTrivialFake(Library& lib, std::string_view name, const std::vector<Dispa
   if (!schema.returns().empty() || schema.is_varret()) return;
   const auto& args = schema.arguments();
   if (std::none_of(args.begin(), args.end(), [](const Argument& a) { return a.is_write(); })) return;
-  const size_t n = args.size();
-  lib.keep(registerFake(
-      name, KernelFunction::makeFromBoxedFunctor([n](const OperatorHandle&, Stack& stack) {
-        stack.resize(stack.size() >= n ? stack.size() - n : 0);  // writes nothing a fake tensor holds; returns nothing
-      }),
-      /*allow_override=*/false, where));
+  lib.keep(registerTrivialFake(name, args.size(), where));
 }
 
 }  // namespace detail

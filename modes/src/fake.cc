@@ -215,6 +215,9 @@ Stack FakeTensorMode::dispatch(const OperatorHandle& op, const TensorTypes& /*ty
   std::optional<Device> any_device;  // of any tensor (0-d cpu ones too)
   // The fake arguments, and for the Meta kernel path the meta tensors standing for them.
   std::vector<std::pair<const TensorImpl*, Tensor>> meta_of;  // meta impl -> the fake it stands for
+  // copy_ copies across devices, as the real op does: its source may be anywhere, and
+  // the result is self, on self's device.
+  const bool any_source_device = op.operator_name().name == "core::copy_";
   for (size_t i = 0; i < args.size(); ++i) {
     IValue& v = args[i];
     if (i < schema_args.size() && isDeviceArgument(schema_args[i])) {
@@ -226,7 +229,7 @@ Stack FakeTensorMode::dispatch(const OperatorHandle& op, const TensorTypes& /*ty
       Tensor fake = from_tensor(t);
       const Device d = fake.device();
       if (!any_device) any_device = d;
-      if (!(fake.dim() == 0 && d.is_cpu())) {
+      if (!(fake.dim() == 0 && d.is_cpu()) && !(any_source_device && i > 0)) {
         if (!common) {
           common = d;
         } else if (!(*common == d)) {
@@ -342,6 +345,23 @@ RegistrationHandleRAII registerFakeFallback() {
       {RegistrationOwnerGuard::current(), registeredAt(std::source_location::current()), false});
 }
 
+namespace {
+// How a custom op's trivial fake impl begins its debug string: any register_fake
+// replaces it, as PyTorch's register_fake replaces the one custom_op generated.
+constexpr std::string_view kTrivialFake = "trivial fake impl of a custom op that writes its arguments and returns nothing";
+}  // namespace
+
+RegistrationHandleRAII registerTrivialFake(std::string_view op_text, size_t num_args, std::source_location loc) {
+  const OperatorName name = parseOperatorName(op_text);
+  KernelFunction kernel = KernelFunction::makeFromBoxedFunctor([num_args](const OperatorHandle&, Stack& stack) {
+    stack.resize(stack.size() >= num_args ? stack.size() - num_args : 0);  // writes nothing a fake holds
+  });
+  kernel.markFakeImpl();
+  return Dispatcher::singleton().registerImpl(
+      name, DispatchKey::Meta, std::move(kernel),
+      {RegistrationOwnerGuard::current(), std::string(kTrivialFake) + "; " + registeredAt(loc), false});
+}
+
 RegistrationHandleRAII registerFake(std::string_view op_text, KernelFunction kernel, bool allow_override,
                                     std::source_location loc) {
   initialize();
@@ -356,6 +376,10 @@ RegistrationHandleRAII registerFake(std::string_view op_text, KernelFunction ker
                " (def it first; `strata ops` lists the operators)");
   for (const RegistrationInfo& ri : d.registrations(name)) {
     if (ri.what != RegistrationInfo::What::Impl) continue;
+    if (ri.key == DispatchKey::Meta && ri.kind == "fake" && ri.debug.starts_with(kTrivialFake)) {
+      allow_override = true;  // the generated one gives way to the author's
+      continue;
+    }
     if (ri.key == DispatchKey::Meta && ri.kind == "fake" && !allow_override) {
       STRATA_FAIL(Value, call, ": ", name.str(), " already has a fake implementation, registered by '", ri.owner,
                   "' (", ri.debug, "); the new one, by '", RegistrationOwnerGuard::current(), "' (", debug,

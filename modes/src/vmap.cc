@@ -1165,8 +1165,8 @@ void VmapCall::collectOutputs(size_t num_outputs, bool single_tensor, Leaves& le
     LeafOut& r = results_[i];
     Tensor out;
     if (!d) {
-      // Batched at any level, as PyTorch's is_batchedtensor: an outer level's tensor
-      // returned through an inner vmap's None would lose that vmap's batch.
+      // Batched at any level, as PyTorch's is_batchedtensor: PyTorch refuses an
+      // outer level's batched tensor here too.
       STRATA_CHECK(b == nullptr, Value, "vmap(fn, ...): `fn` can not return a BatchedTensor when out_dim is None (output ",
                    leaf.output, mine ? ")" : ", batched by an outer vmap)");
       out = t;

@@ -397,7 +397,7 @@ void Tensor::set_grad(const Tensor& grad) const {
                  ", the grad ", detail::shapeStr(grad.sizes()));
     STRATA_CHECK(grad.dtype() == dtype(), Value, "assigned grad has data of a different type: the tensor is ",
                  toString(dtype()), ", the grad ", toString(grad.dtype()));
-    STRATA_CHECK(grad.device().type == device().type, Value, "assigned grad has data on a different device: the "
+    STRATA_CHECK(grad.device() == device(), Value, "assigned grad has data on a different device: the "
                  "tensor is on ", device().str(), ", the grad on ", grad.device().str());
   }
   if (m == nullptr) {

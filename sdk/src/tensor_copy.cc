@@ -144,8 +144,12 @@ const Tensor& Tensor::fill_(const Scalar& value) const {
     // initializing parameters under no_grad) and records a non-leaf's write (the
     // gradient to what it held is zero, as fill_'s is); vmap and fake tensors write
     // their own way.
+    // The constant is a 0-d CPU tensor expanded: nothing the size of self is made (self
+    // may be a fake tensor of any size or device, outside its mode), and copy_
+    // dispatches on self.
     Tensor self = *this;
-    ops::copy_(self, ops::full(std::vector<int64_t>(sizes().begin(), sizes().end()), value, dtype(), device()));
+    ops::copy_(self, ops::expand(ops::full({}, value, dtype(), kCPU),
+                                 std::vector<int64_t>(sizes().begin(), sizes().end())));
     return *this;
   }
   if (is_meta() || numel() == 0) return *this;

@@ -430,6 +430,25 @@ TEST(Boxing, StatefulFunctorsAndFunctionPointers) {
   EXPECT_EQ(*c.n, 2);
 }
 
+// A boxed call of a typed kernel whose result borrows from its arguments (a span, a
+// string_view): the result is boxed before the arguments are released (run under ASan
+// in CI, where a use after free fails the test).
+TEST(Boxing, AResultThatBorrowsFromTheArgumentsIsBoxedBeforeTheyGo) {
+  Library lib(Library::DEF, "box5");
+  lib.def("ints(Tensor x, int[] a) -> int[]");
+  lib.impl("ints", [](const Tensor&, ArrayRef<int64_t> a) { return a; }, DispatchKey::CPU);
+  lib.def("text(Tensor x, str s) -> str");
+  lib.impl("text", [](const Tensor&, std::string_view s) { return s; }, DispatchKey::CPU);
+  Stack s{ones({1}), std::vector<int64_t>{4, 5, 6}};
+  op("box5::ints").callBoxed(s);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].toIntList(), (std::vector<int64_t>{4, 5, 6}));
+  Stack t{ones({1}), std::string(40, 'x')};  // long enough to live on the heap
+  op("box5::text").callBoxed(t);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].toStringRef(), std::string(40, 'x'));
+}
+
 TEST(Boxing, MutableTensorArgumentsAndReturnsThroughABoxedKernel) {
   Library lib(Library::DEF, "box4");
   lib.def("fill_(Tensor(a!) self, float v) -> Tensor(a!)");

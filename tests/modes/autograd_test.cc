@@ -242,6 +242,11 @@ TEST(Autograd, GradAccumulatesInPlace) {
   ops::sum(ops::mul(x, 2.0)).backward();
   EXPECT_EQ(vals(g), (std::vector<float>{5, 5}));
   EXPECT_TRUE(g.is_alias_of(x.grad()));
+  // A .grad whose elements overlap (an expanded tensor) is summed out of place: each
+  // element its own sum.
+  x.set_grad(ops::expand(ops::zeros({1}), {2}));
+  ops::sum(ops::mul(x, from_vector<float>({1, 2}))).backward();
+  EXPECT_EQ(vals(x.grad()), (std::vector<float>{1, 2}));
 }
 
 // matmul saves each operand only for the other's gradient: a weight that needs none,

@@ -233,12 +233,41 @@ TEST(CustomOp, AMutatingOpWithNoResultsHasATrivialFakeImpl) {
     sin_(f);
   }
   EXPECT_EQ(calls, 1);
+  // A bare register_fake replaces the generated one too, without allow_override.
+  auto cos_ = custom_op("cop_trivial::cos_", [](Tensor& x) { x.copy_(ops::cos(x)); }, {"x"}, {"x"}, {"cpu"});
+  int bare = 0;
+  auto h = modes::register_fake("cop_trivial::cos_", [&](Tensor&) { ++bare; });
+  {
+    auto mode = std::make_shared<modes::FakeTensorMode>();
+    modes::ModeGuard guard(mode);
+    Tensor f = ops::ones({2});
+    cos_(f);
+  }
+  EXPECT_EQ(bare, 1);
   // An op that returns something gets none: its outputs' metadata is the author's.
   auto g = custom_op("cop_trivial::g", [](Tensor& x) { return x.clone(); }, {"x"}, {"x"}, {"cpu"});
   auto mode = std::make_shared<modes::FakeTensorMode>();
   modes::ModeGuard guard(mode);
   Tensor f = ops::ones({4});
-  EXPECT_THAT(errorOf([&] { g(f); }), HasSubstr("cop_trivial::g"));
+  EXPECT_THAT(errorOf([&] { g(f); }), AllOf(HasSubstr("cop_trivial::g has no fake implementation")));
+}
+
+// Kernels custom_op took before it wrapped written arguments still compile and run: a
+// mutable lambda (its state kept across calls), and one taking the DispatchKeySet.
+TEST(CustomOp, MutableAndKeySetKernelsAreTakenAsBefore) {
+  int n = 0;
+  auto count_ = custom_op("cop_kinds::count_", [n](Tensor& x) mutable { x.fill_(static_cast<double>(++n)); }, {"x"},
+                          {"x"}, {"cpu"});
+  Tensor x = ops::zeros({1});
+  const uint32_t v = x._version();
+  count_(x);
+  count_(x);
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{2.0f}));
+  EXPECT_GE(x._version(), v + 2);
+  auto keyed = custom_op("cop_kinds::keyed", [](DispatchKeySet ks, const Tensor& t) {
+    return ks.has(DispatchKey::CPU) ? t.clone() : Tensor();
+  }, {"t"}, {}, {"cpu"});
+  EXPECT_TRUE(keyed(ops::ones({1})).defined());
 }
 
 // A schema given must agree with mutates_args, and a custom op's tensors are positional.

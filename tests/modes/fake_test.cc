@@ -120,6 +120,29 @@ TEST(FakeTensorMode, FakeTensorsUsedOutsideTheModeRunUnderTheirOwnMode) {
   EXPECT_THAT(errorOf([&] { ops::neg(orphan); }), HasSubstr("FakeTensorMode is gone"));
 }
 
+// fill_ and zero_ of a fake tensor, outside its mode too, make nothing of its size: a
+// 2^20 x 2^20 fake (4 TiB as floats) and one that claims a CUDA device.
+TEST(FakeTensorMode, FillOfAFakeTensorAllocatesNothing) {
+  auto mode = std::make_shared<FakeTensorMode>();
+  Tensor big;
+  {
+    modes::ModeGuard guard(mode);
+    big = ops::empty({int64_t{1} << 20, int64_t{1} << 20});
+  }
+  ASSERT_TRUE(is_fake(big));
+  big.fill_(1.5);
+  big.zero_();
+  EXPECT_TRUE(is_fake(big));
+  EXPECT_EQ(big.size(0), int64_t{1} << 20);
+  Tensor on_cuda;
+  {
+    modes::ModeGuard guard(mode);
+    on_cuda = ops::empty({4}, ScalarType::Float, Device(DeviceType::CUDA, 0));
+  }
+  on_cuda.fill_(2.0);
+  EXPECT_TRUE(on_cuda.device().is_cuda());
+}
+
 std::atomic<int> g_cpu_calls{0};
 
 TEST(FakeTensorMode, NoRealKernelEverRunsAndAnOpWithoutAFakeImplSaysHowToAddOne) {

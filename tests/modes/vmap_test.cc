@@ -567,6 +567,10 @@ TEST(VmapLevels, NestedOutputsAreUnwrappedAndNoneOutDimsKeepNothingBatched) {
   EXPECT_TRUE(same(*o, ops::cos(x)));
   EXPECT_THAT(errorOf([&] { vmap([](const Tensor& t) { return std::optional<Tensor>(t); }, 0, std::nullopt)(x); }),
               HasSubstr("can not return a BatchedTensor when out_dim is None"));
+  // nullopt is PyTorch's None: no leaves, returned as it is.
+  const auto none = vmap([](const Tensor& t) { return std::make_tuple(ops::sin(t), std::optional<Tensor>()); })(x);
+  EXPECT_FALSE(std::get<1>(none).has_value());
+  EXPECT_TRUE(same(std::get<0>(none), ops::sin(x)));
   // An inner vmap's None out_dim and a tensor the outer vmap batched.
   const Tensor y = rnd({5, 2});
   EXPECT_THAT(errorOf([&] {
@@ -1138,6 +1142,10 @@ TEST(CoreBatchingRulesList, CatSkipsLegacyEmptyTensorsAndSumChecksRepeatedDims) 
   const Tensor empties = ops::zeros({3, 0});
   const Tensor r2 = vmap([](const Tensor& t, const Tensor& e) { return ops::cat({e, t}, 1); })(x, empties);
   EXPECT_TRUE(same(r2, x));
+  // A skipped element still takes part in the result's dtype.
+  const Tensor r3 = vmap([](const Tensor& t) { return ops::cat({t, ops::zeros({0}, ScalarType::Double)}, 0); })(x);
+  EXPECT_EQ(r3.dtype(), ScalarType::Double);
+  EXPECT_EQ(ops::cat({x.select(0, 0), ops::zeros({0}, ScalarType::Double)}, 0).dtype(), ScalarType::Double);
   const Tensor s = rnd({3});
   EXPECT_THAT(errorOf([&] { vmap([](const Tensor& t) { return ops::sum(t, std::vector<int64_t>{0, -1}); })(s); }),
               HasSubstr("dim 0 appears multiple times"));

@@ -189,12 +189,23 @@ struct UnboxedWrapper {
       // Hold the result by value before dropping the arguments: R may refer into them.
       std::remove_cvref_t<R> result = callUnboxed(k, ks, unboxArg<P>(base[I])...);
       if constexpr (numReturns<R>() == 1 && N >= 1) {
-        // The result takes the first argument's slot: no push, no capacity check.
-        // The arguments go first, each as its type (releaseSlot), and the result
-        // moves in last, so nothing opaque runs between the move and the end of
-        // `result`, which the compiler then knows is empty.
-        (releaseSlot<P>(base[I]), ...);
-        new (base) IValue(boxArg(std::move(result)));
+        // The result takes the first argument's slot: no push, no capacity check; the
+        // arguments are released each as its type (releaseSlot).
+        using D = std::remove_cvref_t<R>;
+        if constexpr (std::is_same_v<D, Tensor> || std::is_arithmetic_v<D>) {
+          // A tensor or a number owns what it holds, and boxing it cannot throw: the
+          // arguments go first and the result moves in last, so nothing opaque runs
+          // between the move and the end of `result`, which the compiler then knows
+          // is empty.
+          (releaseSlot<P>(base[I]), ...);
+          new (base) IValue(boxArg(std::move(result)));
+        } else {
+          // Anything else is boxed first: it may borrow from the arguments (a span, a
+          // string_view) and boxing it may throw, before anything is released.
+          IValue boxed = boxArg(std::move(result));
+          (releaseSlot<P>(base[I]), ...);
+          new (base) IValue(std::move(boxed));
+        }
         stack.forgetDestroyed(N - 1);
       } else {
         stack.resize(stack.size() - N);

@@ -90,23 +90,20 @@ template <typename Sig>
 struct WriteBumping;
 template <typename R, typename... A>
 struct WriteBumping<R(A...)> {
+  // fn called with the op's arguments alone: a kernel that takes a DispatchKeySet
+  // first is registered as it is (and bumps nothing itself).
+  template <typename F>
+  static constexpr bool kWraps = std::is_invocable_v<std::decay_t<F>&, A...>;
   template <typename F>
   static auto wrap(F&& fn, const std::vector<bool>& written) {
     using Fn = std::decay_t<F>;
-    return [fn = Fn(std::forward<F>(fn)), written](A... a) -> R {
-      auto bump = [&] {
-        size_t i = 0;
-        ((written[i++] ? bumpVersions(a) : void()), ...);
-        (void)i;
-      };
-      if constexpr (std::is_void_v<R>) {
-        fn(std::forward<A>(a)...);
-        bump();
-      } else {
-        R r = fn(std::forward<A>(a)...);
-        bump();
-        return r;
-      }
+    return [fn = Fn(std::forward<F>(fn)), written](A... a) mutable -> R {
+      // Before the call, which may move a by-value argument into fn: the write
+      // happens inside fn either way, and what checks a version checks it later.
+      size_t i = 0;
+      ((written[i++] ? bumpVersions(a) : void()), ...);
+      (void)i;
+      return fn(std::forward<A>(a)...);
     };
   }
 };
@@ -268,11 +265,13 @@ TypedCustomOpDef<typename detail::CustomOpSig<F>::type> custom_op(
   detail::checkDeviceKernelsCanBeReached(name, keys);  // a throw here undoes the def (lib goes)
   const std::vector<bool> written = detail::writtenArguments(name);
   for (DispatchKey k : keys) {
-    if (detail::anyWritten(written)) {
-      lib->impl(std::string(name), detail::WriteBumping<Sig>::wrap(fn, written), k, ImplOptions{}, where);
-    } else {
-      lib->impl(std::string(name), fn, k, ImplOptions{}, where);
+    if constexpr (detail::WriteBumping<Sig>::template kWraps<F>) {
+      if (detail::anyWritten(written)) {
+        lib->impl(std::string(name), detail::WriteBumping<Sig>::wrap(fn, written), k, ImplOptions{}, where);
+        continue;
+      }
     }
+    lib->impl(std::string(name), fn, k, ImplOptions{}, where);
   }
   detail::addTrivialFake(*lib, name, keys, where);
   return TypedCustomOpDef<Sig>(std::string(name), std::move(lib));
@@ -285,11 +284,13 @@ CustomOpDef& CustomOpDef::register_kernel(std::vector<std::string> device_types,
   const std::vector<bool> written = detail::writtenArguments(name_);
   for (const std::string& d : device_types) {
     const DispatchKey k = checkDeviceType(d, "register_kernel");
-    if (detail::anyWritten(written)) {
-      lib().impl(name_, detail::WriteBumping<Sig>::wrap(fn, written), k, ImplOptions{.allow_override = true}, where);
-    } else {
-      lib().impl(name_, fn, k, ImplOptions{.allow_override = true}, where);
+    if constexpr (detail::WriteBumping<Sig>::template kWraps<F>) {
+      if (detail::anyWritten(written)) {
+        lib().impl(name_, detail::WriteBumping<Sig>::wrap(fn, written), k, ImplOptions{.allow_override = true}, where);
+        continue;
+      }
     }
+    lib().impl(name_, fn, k, ImplOptions{.allow_override = true}, where);
   }
   return *this;
 }

@@ -131,6 +131,10 @@ STRATA_MODES_API FakeImplCtx& get_ctx();
 namespace detail {
 STRATA_MODES_API RegistrationHandleRAII registerFake(std::string_view op, KernelFunction kernel, bool allow_override,
                                                      std::source_location where);
+// A fake impl that pops num_args arguments and returns nothing, for a custom op that
+// only writes its arguments; any register_fake replaces it.
+STRATA_MODES_API RegistrationHandleRAII registerTrivialFake(std::string_view op, size_t num_args,
+                                                            std::source_location where);
 }  // namespace detail
 
 // Registers fn as op's fake implementation (torch.library.register_fake): fn has the

@@ -404,8 +404,8 @@ void leavesOf(T& v, size_t output, VmapCall::Leaves& leaves, bool nested = false
   } else if constexpr (std::is_same_v<D, std::vector<Tensor>>) {
     for (Tensor& t : v) leaves.emplace_back(output, &t, &typeid(Tensor), true);
   } else if constexpr (std::is_same_v<D, std::optional<Tensor>>) {
+    // nullopt is PyTorch's None: a node with no leaves, returned as it is.
     if (v.has_value()) leaves.emplace_back(output, &*v, &typeid(Tensor), nested);
-    else leaves.emplace_back(output, nullptr, &typeid(D), nested);
   } else if constexpr (IsTupleLike<D>::value) {
     std::apply([&](auto&... e) { (leavesOf(e, output, leaves, true), ...); }, v);
   } else {
