@@ -13,6 +13,7 @@
 
 #include "autograd_internal.h"
 #include "registered_at.h"
+#include "tensor_walk.h"
 #include "strata/error.h"
 #include "strata/local_dispatch_key_set.h"
 #include "strata/modes/dispatch_mode.h"
@@ -321,21 +322,6 @@ const IValue& AutogradContext::get(const std::string& name) const {
 namespace detail {
 
 namespace {
-
-// The tensors of one argument (a Tensor, a Tensor?, a Tensor[] or Tensor?[]).
-template <typename F>
-void forEachTensor(const IValue& v, F&& f) {
-  if (v.isTensor()) {
-    f(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const Tensor& t : v.toTensorList()) f(t);
-  } else if (v.isGenericList()) {
-    for (const IValue& x : v.toList()) {
-      if (x.isTensor()) f(x.toTensor());
-      else if (x.isNone()) f(Tensor());  // a Tensor?[] keeps its None slots
-    }
-  }
-}
 
 bool anyRequiresGrad(const Stack& stack, size_t n) {
   for (size_t i = 0; i < n && i < stack.size(); ++i) {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "registered_at.h"
+#include "tensor_walk.h"
 #include "vmap_internal.h"
 #include "strata/error.h"
 #include "strata/modes/autocast.h"
@@ -187,38 +188,8 @@ bool opcheck_passed(const OpcheckResults& r) {
 
 namespace {
 
-// Each tensor of a value: a Tensor, a Tensor[] or a generic list holding tensors
-// (Tensor?[], whose Nones are kept as undefined tensors so positions line up).
-template <typename F>
-void forEachTensorIn(const IValue& v, F&& f) {
-  if (v.isTensor()) {
-    f(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const Tensor& t : v.toTensorList()) f(t);
-  } else if (v.isGenericList()) {
-    for (const IValue& e : v.toList()) {
-      if (e.isNone()) f(Tensor());
-      else forEachTensorIn(e, f);
-    }
-  }
-}
-
-// The value with each tensor replaced by g(tensor), lists rebuilt; others as they are.
-template <typename G>
-IValue mapTensors(const IValue& v, G&& g) {
-  if (v.isTensor()) return IValue(g(v.toTensor()));
-  if (v.isTensorList()) {
-    std::vector<Tensor> ts;
-    for (const Tensor& t : v.toTensorList()) ts.push_back(g(t));
-    return IValue(std::move(ts));
-  }
-  if (v.isGenericList()) {
-    std::vector<IValue> es;
-    for (const IValue& e : v.toList()) es.push_back(mapTensors(e, g));
-    return IValue(std::move(es));
-  }
-  return v;
-}
+using detail::forEachTensor;
+using detail::mapTensors;
 
 // A copy of the arguments: each tensor cloned (same requires_grad), lists too.
 Stack copyArgs(const Stack& args, bool keep_grad) {
@@ -235,7 +206,7 @@ Stack copyArgs(const Stack& args, bool keep_grad) {
 
 std::vector<Tensor> tensorsOf(const Stack& s) {
   std::vector<Tensor> out;
-  for (const IValue& v : s) forEachTensorIn(v, [&](const Tensor& t) { out.push_back(t); });
+  for (const IValue& v : s) forEachTensor(v, [&](const Tensor& t) { out.push_back(t); });
   return out;
 }
 

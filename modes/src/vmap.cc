@@ -11,6 +11,7 @@
 #include <typeinfo>
 
 #include "registered_at.h"
+#include "tensor_walk.h"
 #include "strata/local_dispatch_key_set.h"
 #include "strata/modes/dispatch_mode.h"
 #include "strata/modes/log_mode.h"
@@ -542,18 +543,7 @@ IValue sliceArg(const OperatorHandle& op, const IValue& v, const Level& level, i
     if (b == nullptr) return t;
     return b->value.wrapper() == nullptr ? b->value.select(b->bdim, i) : ops::select(b->value, b->bdim, i);
   };
-  if (v.isTensor()) return IValue(one(v.toTensor()));
-  if (v.isTensorList()) {
-    std::vector<Tensor> out;
-    for (const Tensor& t : v.toTensorList()) out.push_back(one(t));
-    return IValue(std::move(out));
-  }
-  if (v.isGenericList()) {
-    std::vector<IValue> out;
-    for (const IValue& e : v.toList()) out.push_back(e.isTensor() ? IValue(one(e.toTensor())) : e);
-    return IValue(std::move(out));
-  }
-  return v;
+  return detail::mapTensors(v, one);
 }
 
 // Note [Random ops without a batching rule]
