@@ -33,9 +33,12 @@ std::string shapeStr(IntArrayRef s) {
   return out + "]";
 }
 
+}  // namespace
+
 // g summed down to `shape` when shape broadcasts to g's shape (leading dims, and dims
-// of size 1); g as it is otherwise, for the caller's check to name.
-Tensor sumToShape(const Tensor& g, const std::vector<int64_t>& shape) {
+// of size 1): the gradient of a broadcast. g as it is otherwise, for the caller's
+// check to name.
+Tensor detail::sumTo(const Tensor& g, const std::vector<int64_t>& shape) {
   const int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
   if (lead < 0) return g;
   std::vector<int64_t> dims;
@@ -49,6 +52,8 @@ Tensor sumToShape(const Tensor& g, const std::vector<int64_t>& shape) {
   if (dims.empty()) return g;
   return ops::reshape(ops::sum(g, dims, /*keepdim=*/true), shape);
 }
+
+namespace {
 
 std::string typeStr(const Tensor& t) {
   return "[" + std::string(toString(t.device().type)) + ":" + toString(t.dtype()) + " " + shapeStr(t.sizes()) + "]";
@@ -589,7 +594,7 @@ std::vector<Tensor> FormulaNode::apply(std::vector<Tensor>&& grads) {
       // A gradient the input's shape broadcasts to is summed down to it, as PyTorch's
       // engine does (validate_outputs: sum_to).
       if (!std::equal(gs[j].sizes().begin(), gs[j].sizes().end(), m.sizes.begin(), m.sizes.end())) {
-        gs[j] = sumToShape(gs[j], m.sizes);
+        gs[j] = sumTo(gs[j], m.sizes);
       }
       STRATA_CHECK(std::equal(gs[j].sizes().begin(), gs[j].sizes().end(), m.sizes.begin(), m.sizes.end()), Value, op,
                    ": the backward formula returned a gradient of shape ", shapeStr(gs[j].sizes()), " for input ", i,
@@ -729,7 +734,7 @@ RegistrationHandleRAII registerUserFormula(std::string_view op_name, BackwardFn 
     has_kw = has_kw || a.kwarg_only;
     // backward answers for positional inputs only: a keyword-only tensor's gradient
     // would be lost (PyTorch refuses these too).
-    STRATA_CHECK(!(a.kwarg_only && a.type->str().rfind("Tensor", 0) == 0), NotImplemented, call, ": ", schema.str(),
+    STRATA_CHECK(!(a.kwarg_only && detail::isTensorLike(*a.type)), NotImplemented, call, ": ", schema.str(),
                  " has the keyword-only tensor argument '", a.name, "', which backward cannot answer for; make it "
                  "positional");
   }

@@ -26,20 +26,6 @@ int64_t wrap(int64_t d, int64_t n) {
   return d < 0 ? d + m : d;
 }
 
-// g summed down to shape: the gradient of a broadcast (leading dims, and dims of size
-// 1 that were expanded).
-Tensor sumTo(const Tensor& g, const std::vector<int64_t>& shape) {
-  if (std::equal(g.sizes().begin(), g.sizes().end(), shape.begin(), shape.end())) return g;
-  const int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
-  std::vector<int64_t> dims;
-  for (int64_t i = 0; i < lead; ++i) dims.push_back(i);
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 1 && g.size(lead + static_cast<int64_t>(i)) != 1) dims.push_back(lead + static_cast<int64_t>(i));
-  }
-  if (dims.empty()) return ops::reshape(g, shape);
-  return ops::reshape(ops::sum(g, dims, /*keepdim=*/true), shape);
-}
-
 bool isOne(const Scalar& s) { return s.isIntegral() ? s.to<int64_t>() == 1 : s.to<double>() == 1.0; }
 
 Tensor zerosLike(const std::vector<int64_t>& shape, const Tensor& like) {

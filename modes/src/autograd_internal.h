@@ -14,6 +14,10 @@ namespace strata::modes {
 
 namespace detail {
 
+// g summed down to `shape` when shape broadcasts to g's shape (the gradient of a
+// broadcast); g as it is otherwise.
+Tensor sumTo(const Tensor& g, const std::vector<int64_t>& shape);
+
 struct AutogradMeta final : AutogradMetaInterface {
   std::shared_ptr<Node> grad_fn;  // null for a leaf
   uint32_t output_nr = 0;

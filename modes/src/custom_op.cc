@@ -6,6 +6,7 @@
 #include <set>
 
 #include "registered_at.h"
+#include "tensor_walk.h"
 
 namespace strata::modes {
 
@@ -87,7 +88,7 @@ std::unique_ptr<Library> defineCustomOp(std::string_view name, const FunctionSch
       const Argument& a = named[static_cast<size_t>(it - arg_names.begin())];
       // A Tensor? or a list of tensors has no mutable C++ form; its tensors' data can be
       // written all the same, so naming it is enough (PyTorch's Tensor(a!)?, Tensor(a!)[]).
-      const bool tensor_container = a.type->kind() != TypeKind::Tensor && a.type->str().rfind("Tensor", 0) == 0;
+      const bool tensor_container = a.type->kind() != TypeKind::Tensor && isTensorLike(*a.type);
       STRATA_CHECK(a.is_write() || tensor_container, Schema, call, ": mutates_args names '", m, "', but fn takes it as ",
                    a.type->kind() == TypeKind::Tensor ? "const Tensor&: take it as Tensor& to mutate it"
                                                       : a.type->str() + ", which cannot be mutated");
@@ -107,7 +108,7 @@ std::unique_ptr<Library> defineCustomOp(std::string_view name, const FunctionSch
       const bool named_container =
           a.type->kind() != TypeKind::Tensor &&
           std::find(mutates_args.names().begin(), mutates_args.names().end(), a.name) != mutates_args.names().end();
-      if ((mutates_args.is_unknown() || named_container) && a.type->str().rfind("Tensor", 0) == 0 && !a.alias_info) {
+      if ((mutates_args.is_unknown() || named_container) && isTensorLike(*a.type) && !a.alias_info) {
         AliasInfo info;
         info.before_sets = {strata::detail::infer::aliasSetName(alias++)};
         info.after_sets = info.before_sets;
@@ -153,10 +154,7 @@ std::unique_ptr<Library> defineCustomOp(std::string_view name, const FunctionSch
   // A keyword-only tensor would get no gradient and no version bump from the layers
   // that walk positional inputs; PyTorch refuses them in custom ops too.
   for (const Argument& a : schema.arguments()) {
-    const TypeKind k = a.type->kind();
-    const bool tensorish = k == TypeKind::Tensor || (k == TypeKind::Optional && a.type->str().rfind("Tensor", 0) == 0) ||
-                           (k == TypeKind::List && a.type->str().rfind("Tensor", 0) == 0);
-    STRATA_CHECK(!(a.kwarg_only && tensorish), Schema, call, ": argument '", a.name, "' (", a.type->str(),
+    STRATA_CHECK(!(a.kwarg_only && isTensorLike(*a.type)), Schema, call, ": argument '", a.name, "' (", a.type->str(),
                  ") is keyword-only; a custom op's tensor arguments must be positional (move it before the '*')");
   }
   auto lib = std::make_unique<Library>(Library::FRAGMENT, ns, std::nullopt, where);
@@ -164,13 +162,15 @@ std::unique_ptr<Library> defineCustomOp(std::string_view name, const FunctionSch
   return lib;
 }
 
-// Both below find no op when its def was refused at a bundle's load (refusedAtLoad):
-// there is nothing to wrap then.
+// The functions below find no op when its def was refused at a bundle's load
+// (refusedAtLoad): there is nothing to wrap or check then.
 std::vector<bool> writtenArguments(std::string_view op) {
   const std::optional<OperatorHandle> h = Dispatcher::singleton().findSchema(parseOperatorName(op));
+  if (!h) return {};
+  const auto& args = h->schema().arguments();
+  if (std::none_of(args.begin(), args.end(), [](const Argument& a) { return a.is_write(); })) return {};
   std::vector<bool> out;
-  if (!h) return out;
-  for (const Argument& a : h->schema().arguments()) out.push_back(a.is_write());
+  for (const Argument& a : args) out.push_back(a.is_write());
   return out;
 }
 
@@ -179,12 +179,10 @@ void checkDeviceKernelsCanBeReached(std::string_view name, const std::vector<Dis
   const std::optional<OperatorHandle> h = Dispatcher::singleton().findSchema(parseOperatorName(name));
   if (!h) return;
   for (const Argument& a : h->schema().arguments()) {
-    const std::string t = a.type->str();
-    if (t.rfind("Tensor", 0) == 0 || t.rfind("Device", 0) == 0) return;
+    if (isTensorLike(*a.type) || a.type->str().starts_with("Device")) return;
   }
   STRATA_FAIL(Schema, "custom_op(", name, "): it takes no tensor, so a kernel per device type (device_types) needs "
-              "a Device argument to dispatch on: add one, or give no "
-              "device_types");
+              "a Device argument to dispatch on: add one, or give no device_types");
 }
 
 void addTrivialFake(Library& lib, std::string_view name, const std::vector<DispatchKey>& keys,

@@ -5,9 +5,13 @@
 #include <vector>
 
 #include "strata/ivalue.h"
+#include "strata/schema.h"
 #include "strata/tensor.h"
 
 namespace strata::modes::detail {
+
+// Whether a schema type holds tensors: Tensor, Tensor?, Tensor[], Tensor?[].
+inline bool isTensorLike(const Type& t) { return t.str().starts_with("Tensor"); }
 
 // Each tensor of one value: a Tensor, a Tensor[], or a generic list holding tensors
 // (a Tensor?[], whose Nones are passed as undefined tensors so that positions line

@@ -139,14 +139,12 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
 
 const Tensor& Tensor::fill_(const Scalar& value) const {
   if (viaOps()) {
-    // A copy of a constant, through the op, so that each layer sees it: autograd
+    // A copy of a constant through the op, so that each layer sees it: autograd
     // refuses a leaf that requires grad (unless grad mode is off, as when
     // initializing parameters under no_grad) and records a non-leaf's write (the
     // gradient to what it held is zero, as fill_'s is); vmap and fake tensors write
-    // their own way.
-    // The constant is a 0-d CPU tensor expanded: nothing the size of self is made (self
-    // may be a fake tensor of any size or device, outside its mode), and copy_
-    // dispatches on self.
+    // their own way. The constant is a 0-d CPU tensor expanded, so nothing of self's
+    // size is made (self may be a fake tensor of any size or device, outside its mode).
     Tensor self = *this;
     ops::copy_(self, ops::expand(ops::full({}, value, dtype(), kCPU),
                                  std::vector<int64_t>(sizes().begin(), sizes().end())));
@@ -181,7 +179,7 @@ Tensor Tensor::contiguous() const {
   // PyTorch's, which records nothing then).
   if (wrapper() == nullptr && is_contiguous()) return *this;
   if (viaOps()) return ops::contiguous(*this);
-  return is_contiguous() ? *this : clone();
+  return clone();
 }
 
 Tensor Tensor::clone() const {

@@ -80,6 +80,8 @@ TEST(Autograd, BackwardAccumulatesIntoLeaves) {
   EXPECT_THAT(errorOf([&] { x.set_grad(ones({2})); }), HasSubstr("different size"));
   EXPECT_THAT(errorOf([&] { x.set_grad(ones({3}, ScalarType::Double)); }),
               HasSubstr("assigned grad has data of a different type: the tensor is float32, the grad float64"));
+  EXPECT_THAT(errorOf([&] { x.set_grad(ops::empty({3}, ScalarType::Float, kMeta)); }),
+              HasSubstr("assigned grad has data on a different device: the tensor is on cpu, the grad on meta"));
 }
 
 TEST(Autograd, SharedSubexpressionsAndManyOutputs) {
@@ -518,6 +520,10 @@ TEST(RegisterAutograd, ErrorsNameTheOp) {
   const Tensor a2 = leaf({1, 2}, {2});
   ops::sum(two.call(a2, b)).backward();
   EXPECT_EQ(vals(a2.grad()), (std::vector<float>{3, 3}));
+  // A keyword-only tensor argument would get no gradient: refused, naming it.
+  lib.def("kwt(Tensor x, *, Tensor y) -> Tensor");
+  EXPECT_THAT(errorOf([&] { modes::register_autograd("ag_errs::kwt", bw); }),
+              AllOf(HasSubstr("register_autograd(ag_errs::kwt)"), HasSubstr("keyword-only tensor argument 'y'")));
   // An op that returns nothing is not functional (PyTorch's is_functional_schema).
   lib.def("returns_nothing(Tensor x) -> ()");
   EXPECT_THAT(errorOf([&] { modes::register_autograd("ag_errs::returns_nothing", bw); }),

@@ -81,7 +81,7 @@ void bumpVersions(const T& a) {
   }
 }
 
-// A custom op's kernel as registered: fn, and after it a bump of the version counter
+// A custom op's kernel as registered: fn, and before it a bump of the version counter
 // of every argument the schema declares written, on every call, as PyTorch's
 // custom_op does at ADInplaceOrView: a tensor saved for backward and then written by
 // the op is then caught at backward ("modified by an inplace operation") whether or
@@ -107,8 +107,22 @@ struct WriteBumping<R(A...)> {
     };
   }
 };
-// Which of op's arguments its schema declares written.
+// Which of op's arguments its schema declares written; empty when none is.
 STRATA_MODES_API std::vector<bool> writtenArguments(std::string_view op);
+
+// Registers fn as op's kernel at k, wrapped to bump its written arguments' versions
+// when it writes any (and can be wrapped).
+template <typename Sig, typename F>
+void implBumpingWrites(Library& lib, const std::string& op, F& fn, DispatchKey k, ImplOptions options,
+                       const std::vector<bool>& written, std::source_location where) {
+  if constexpr (WriteBumping<Sig>::template kWraps<F>) {
+    if (!written.empty()) {
+      lib.impl(op, WriteBumping<Sig>::wrap(fn, written), k, options, where);
+      return;
+    }
+  }
+  lib.impl(op, fn, k, options, where);
+}
 }  // namespace detail
 
 class STRATA_MODES_API CustomOpDef {
@@ -216,19 +230,13 @@ STRATA_MODES_API std::unique_ptr<Library> defineCustomOp(std::string_view name, 
                                                          const std::vector<Tag>& tags, std::source_location where);
 STRATA_MODES_API std::vector<DispatchKey> customOpKeys(std::string_view name,
                                                        const std::vector<std::string>& device_types);
-inline bool anyWritten(const std::vector<bool>& written) {
-  for (bool w : written) {
-    if (w) return true;
-  }
-  return false;
-}
-// A mutating op with no results gets a fake impl that does nothing (PyTorch's trivial
-// fake impl, can_generate_trivial_fake_impl), unless fn already is its Meta kernel; a
-// register_fake replaces it.
 // Error(Schema) when device kernels could never be chosen: no tensor argument and no
 // Device one (PyTorch: "Functions without tensor inputs are required to have a
 // `device: torch.device` argument").
 STRATA_MODES_API void checkDeviceKernelsCanBeReached(std::string_view name, const std::vector<DispatchKey>& keys);
+// A mutating op with no results gets a fake impl that does nothing (PyTorch's trivial
+// fake impl, can_generate_trivial_fake_impl), unless fn already is its Meta kernel; a
+// register_fake replaces it.
 STRATA_MODES_API void addTrivialFake(Library& lib, std::string_view name, const std::vector<DispatchKey>& keys,
                                      std::source_location where);
 
@@ -264,15 +272,7 @@ TypedCustomOpDef<typename detail::CustomOpSig<F>::type> custom_op(
                              where);
   detail::checkDeviceKernelsCanBeReached(name, keys);  // a throw here undoes the def (lib goes)
   const std::vector<bool> written = detail::writtenArguments(name);
-  for (DispatchKey k : keys) {
-    if constexpr (detail::WriteBumping<Sig>::template kWraps<F>) {
-      if (detail::anyWritten(written)) {
-        lib->impl(std::string(name), detail::WriteBumping<Sig>::wrap(fn, written), k, ImplOptions{}, where);
-        continue;
-      }
-    }
-    lib->impl(std::string(name), fn, k, ImplOptions{}, where);
-  }
+  for (DispatchKey k : keys) detail::implBumpingWrites<Sig>(*lib, std::string(name), fn, k, ImplOptions{}, written, where);
   detail::addTrivialFake(*lib, name, keys, where);
   return TypedCustomOpDef<Sig>(std::string(name), std::move(lib));
 }
@@ -283,14 +283,8 @@ CustomOpDef& CustomOpDef::register_kernel(std::vector<std::string> device_types,
   using Sig = typename detail::CustomOpSig<F>::type;
   const std::vector<bool> written = detail::writtenArguments(name_);
   for (const std::string& d : device_types) {
-    const DispatchKey k = checkDeviceType(d, "register_kernel");
-    if constexpr (detail::WriteBumping<Sig>::template kWraps<F>) {
-      if (detail::anyWritten(written)) {
-        lib().impl(name_, detail::WriteBumping<Sig>::wrap(fn, written), k, ImplOptions{.allow_override = true}, where);
-        continue;
-      }
-    }
-    lib().impl(name_, fn, k, ImplOptions{.allow_override = true}, where);
+    detail::implBumpingWrites<Sig>(lib(), name_, fn, checkDeviceType(d, "register_kernel"),
+                                   ImplOptions{.allow_override = true}, written, where);
   }
   return *this;
 }
