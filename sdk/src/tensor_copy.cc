@@ -100,6 +100,63 @@ bool sameDevice(Device have, Device want) {
 
 }  // namespace
 
+namespace detail {
+
+// Note [A new tensor starts at version 0]: the writes that fill a tensor nobody has
+// seen yet (clone, to, cat, full, ones) are not writes to a tensor anyone saved, so
+// they do not bump its version counter, and a fresh result reads _version() == 0, as
+// PyTorch's does. Only copy_ and fill_ on an existing tensor bump it.
+void copyData(const Tensor& dst, const Tensor& src) {
+  if (dst.is_meta()) return;  // a meta tensor has no data to write
+  STRATA_CHECK(!src.is_meta(), Device,
+               "cannot copy out of a meta tensor into a ", dst.device().str(), " tensor: meta tensors have no data");
+  if (dst.numel() == 0) return;
+  if (dst.is_cpu() && src.is_cpu()) {
+    copyCpu(dst, src);
+    return;
+  }
+  STRATA_CHECK((dst.is_cpu() || dst.is_cuda()) && (src.is_cpu() || src.is_cuda()), Device, "copy_ from ",
+               src.device().str(), " to ", dst.device().str(), " is not supported");
+  if (dst.is_cuda() && src.is_cuda() && dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+    detail::cuda::memcpy(dst.data_ptr(), src.data_ptr(), dst.nbytes(), CopyKind::DeviceToDevice, dst.device().index,
+                         src.device().index);
+    return;
+  }
+  const Tensor host_src = src.is_cpu() ? src : hostMirror(src, /*read_back=*/true);
+  if (dst.is_cpu()) {
+    copyCpu(dst, host_src);
+    return;
+  }
+  const Tensor mirror = hostMirror(dst, /*read_back=*/!dst.is_contiguous());
+  copyCpu(mirror, host_src);
+  writeBack(dst, mirror);
+}
+
+void fillData(const Tensor& t, const Scalar& value) {
+  if (t.is_meta() || t.numel() == 0) return;
+  if (t.is_cuda() && t.is_contiguous()) {
+    STRATA_DISPATCH_ALL_TYPES(t.dtype(), "fill_", [&] {
+      const scalar_t v = value.to<scalar_t>();
+      detail::cuda::fill(t.data_ptr(), &v, sizeof(scalar_t), static_cast<size_t>(t.numel()), t.device().index);
+    });
+    return;
+  }
+  if (t.is_cuda()) {
+    const Tensor mirror = hostMirror(t, /*read_back=*/true);
+    fillData(mirror, value);
+    writeBack(t, mirror);
+    return;
+  }
+  STRATA_CHECK(t.is_cpu(), Device, "fill_ is not supported on ", t.device().str());
+  STRATA_DISPATCH_ALL_TYPES(t.dtype(), "fill_", [&] {
+    const scalar_t v = value.to<scalar_t>();
+    auto* p = static_cast<scalar_t*>(t.data_ptr());
+    detail::forEachOffset(t.sizes(), t.strides(), t.strides(), [&](int64_t o, int64_t) { p[o] = v; });
+  });
+}
+
+}  // namespace detail
+
 const Tensor& Tensor::copy_(const Tensor& src) const {
   STRATA_CHECK(defined() && src.defined(), Value, "copy_: both tensors must be defined");
   if (viaOps() || src.viaOps()) {
@@ -112,28 +169,7 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
                detail::shapeStr(src.sizes()));
   if (is_meta()) return *this;  // a meta tensor has no data to write
   storage()->bump_version();  // Note [Version counters] in modes/autograd.h
-  STRATA_CHECK(!src.is_meta(), Device,
-               "cannot copy out of a meta tensor into a ", device().str(), " tensor: meta tensors have no data");
-  if (numel() == 0) return *this;
-  if (is_cpu() && src.is_cpu()) {
-    copyCpu(*this, src);
-    return *this;
-  }
-  STRATA_CHECK((is_cpu() || is_cuda()) && (src.is_cpu() || src.is_cuda()), Device, "copy_ from ",
-               src.device().str(), " to ", device().str(), " is not supported");
-  if (is_cuda() && src.is_cuda() && dtype() == src.dtype() && is_contiguous() && src.is_contiguous()) {
-    detail::cuda::memcpy(data_ptr(), src.data_ptr(), nbytes(), CopyKind::DeviceToDevice, device().index,
-                         src.device().index);
-    return *this;
-  }
-  const Tensor host_src = src.is_cpu() ? src : hostMirror(src, /*read_back=*/true);
-  if (is_cpu()) {
-    copyCpu(*this, host_src);
-    return *this;
-  }
-  const Tensor mirror = hostMirror(*this, /*read_back=*/!is_contiguous());
-  copyCpu(mirror, host_src);
-  writeBack(*this, mirror);
+  detail::copyData(*this, src);
   return *this;
 }
 
@@ -152,25 +188,7 @@ const Tensor& Tensor::fill_(const Scalar& value) const {
   }
   if (is_meta() || numel() == 0) return *this;
   storage()->bump_version();  // Note [Version counters] in modes/autograd.h
-  if (is_cuda() && is_contiguous()) {
-    STRATA_DISPATCH_ALL_TYPES(dtype(), "fill_", [&] {
-      const scalar_t v = value.to<scalar_t>();
-      detail::cuda::fill(data_ptr(), &v, sizeof(scalar_t), static_cast<size_t>(numel()), device().index);
-    });
-    return *this;
-  }
-  if (is_cuda()) {
-    const Tensor mirror = hostMirror(*this, /*read_back=*/true);
-    mirror.fill_(value);
-    writeBack(*this, mirror);
-    return *this;
-  }
-  STRATA_CHECK(is_cpu(), Device, "fill_ is not supported on ", device().str());
-  STRATA_DISPATCH_ALL_TYPES(dtype(), "fill_", [&] {
-    const scalar_t v = value.to<scalar_t>();
-    auto* p = static_cast<scalar_t*>(data_ptr());
-    detail::forEachOffset(sizes(), strides(), strides(), [&](int64_t o, int64_t) { p[o] = v; });
-  });
+  detail::fillData(*this, value);
   return *this;
 }
 
@@ -185,7 +203,7 @@ Tensor Tensor::contiguous() const {
 Tensor Tensor::clone() const {
   if (viaOps()) return ops::clone(*this);
   Tensor out = empty(sizes(), TensorOptions(dtype()).with_device(device()));
-  out.copy_(*this);
+  detail::copyData(out, *this);  // Note [A new tensor starts at version 0]
   return out;
 }
 
@@ -201,7 +219,7 @@ Tensor Tensor::to(Device device, ScalarType dtype) const {
     return ops::to(*this, dtype);
   }
   Tensor out = empty(sizes(), TensorOptions(dtype).with_device(device));
-  out.copy_(*this);
+  detail::copyData(out, *this);  // Note [A new tensor starts at version 0]
   return out;
 }
 Tensor Tensor::to(Device device) const { return to(device, dtype()); }

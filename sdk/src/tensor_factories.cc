@@ -64,7 +64,7 @@ Tensor zeros(IntArrayRef sizes, TensorOptions options) {
     if (t.nbytes() != 0) std::memset(t.data_ptr(), 0, t.nbytes());
     return t;
   }
-  t.zero_();
+  detail::fillData(t, Scalar(int64_t{0}));
   return t;
 }
 
@@ -72,7 +72,7 @@ Tensor ones(IntArrayRef sizes, TensorOptions options) { return full(sizes, Scala
 
 Tensor full(IntArrayRef sizes, const Scalar& value, TensorOptions options) {
   Tensor t = empty(sizes, options);
-  t.fill_(value);
+  detail::fillData(t, value);  // Note [A new tensor starts at version 0]
   return t;
 }
 

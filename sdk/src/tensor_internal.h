@@ -82,6 +82,12 @@ inline Tensor broadcastTo(const Tensor& t, IntArrayRef shape) {
   return t.as_strided(shape, strides);
 }
 
+// The data of copy_ and fill_ without the version bump, for a tensor being made
+// (Note [A new tensor starts at version 0] in tensor_copy.cc). Plain tensors only;
+// copyData REQUIRES equal sizes.
+void copyData(const Tensor& dst, const Tensor& src);
+void fillData(const Tensor& t, const Scalar& value);
+
 // Converts one element between C++ element types (Half/BFloat16 through float).
 template <typename D, typename S>
 inline D convertElement(S v) {

@@ -1,5 +1,6 @@
 // Tensors: factories, metadata, views, copies, meta tensors, key sets, errors.
 #include "strata/tensor.h"
+#include "strata/ops.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -176,6 +177,30 @@ TEST(TensorTest, CopyConvertsDtypesAndHonoursStrides) {
   const Tensor same = zeros({2});
   EXPECT_EQ(same.to(kFloat32).unsafeGetTensorImpl(), same.unsafeGetTensorImpl());  // no-op conversion
   EXPECT_NE(same.clone().unsafeGetTensorImpl(), same.unsafeGetTensorImpl());
+}
+
+// As in PyTorch: a tensor an op or a factory makes reads version 0 (filling it is
+// not a write anyone could have saved a value across); copy_ and fill_ on it bump.
+TEST(TensorTest, NewTensorsStartAtVersionZero) {
+  const Tensor a = arange(6, kFloat32).view({2, 3});
+  EXPECT_EQ(full({2, 2}, 1.5)._version(), 0u);
+  EXPECT_EQ(ones({3})._version(), 0u);
+  EXPECT_EQ(zeros({3})._version(), 0u);
+  EXPECT_EQ(a.clone()._version(), 0u);
+  EXPECT_EQ(a.to(kFloat64)._version(), 0u);
+  EXPECT_EQ(a.transpose(0, 1).contiguous()._version(), 0u);
+  EXPECT_EQ(ops::clone(a)._version(), 0u);
+  EXPECT_EQ(ops::to(a, kFloat16)._version(), 0u);
+  EXPECT_EQ(ops::cat({a, a, a}, 0)._version(), 0u);
+  EXPECT_EQ(ops::stack({a, a}, 1)._version(), 0u);
+  const Tensor c = a.clone();
+  c.copy_(a);
+  EXPECT_EQ(c._version(), 1u);
+  c.fill_(2.0);
+  EXPECT_EQ(c._version(), 2u);
+  c.slice(1, 0, 2).zero_();  // a view shares its base's counter
+  EXPECT_EQ(c._version(), 3u);
+  EXPECT_THAT(c.to_vector<float>(), ElementsAre(0, 0, 2, 0, 0, 2));
 }
 
 TEST(TensorTest, ItemAndEqual) {

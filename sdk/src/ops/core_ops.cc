@@ -555,7 +555,7 @@ Tensor cat_kernel(const std::vector<Tensor>& ts, int64_t dim) {
   for (const Tensor& t : ts) {
     if (legacyEmpty(t) && &t != &first) continue;
     const int64_t n = t.sizes()[d];
-    if (n > 0) out.slice(d, offset, offset + n).copy_(t);
+    if (n > 0) detail::copyData(out.slice(d, offset, offset + n), t);  // Note [A new tensor starts at version 0]
     offset += n;
   }
   return out;
