@@ -516,7 +516,7 @@ void notImplementedFallback(const OperatorHandle& op, DispatchKeySet ks, Stack& 
 class FormulaNode final : public Node {
  public:
   FormulaNode(std::shared_ptr<const Formula> f, std::string op) : formula_(std::move(f)) { ctx_.op_ = std::move(op); }
-  std::string name() const override { return formula_->node_name; }
+  std::string name() const override { return name_ != nullptr ? std::string(name_) : formula_->node_name; }
   void release_variables() override {
     ctx_.saved_.clear();
     ctx_.released_ = true;
@@ -546,6 +546,7 @@ class FormulaNode final : public Node {
   std::vector<ArgSlots> slots_;
   std::vector<Node::InputMeta> arg_metas_;
   size_t num_grads_expected_ = 0;  // arguments backward answers for
+  const char* name_ = nullptr;     // Formula::node_name_for's answer, when it has one
   void setEdges(std::vector<Edge> e) { next_edges_ = std::move(e); }
 
  private:
@@ -623,6 +624,7 @@ void formulaKernel(const std::shared_ptr<const Formula>& f, const OperatorHandle
   bumpWritten(schema, inputs);
   if (f->nondifferentiable) return;
   auto node = std::make_shared<FormulaNode>(f, f->op);
+  if (f->node_name_for != nullptr) node->name_ = f->node_name_for(inputs, stack);
   std::vector<Edge> edges;
   std::vector<bool> needs;
   collectEdges(inputs, edges, node->slots_, node->arg_metas_, needs);

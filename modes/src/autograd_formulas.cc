@@ -62,7 +62,29 @@ struct Def {
   SetupContextFn setup;
   BackwardFn backward;
   bool nondifferentiable = false;
+  const char* (*node_name_for)(const Stack& inputs, const Stack& outputs) = nullptr;
 };
+
+// The node PyTorch 1.13's composite matmul records last, by the operands' ranks:
+// dot, mv and mm for vectors and matrices, the squeeze after a vector-matrix mm,
+// and a fold's or a batched bmm's final view (a copy for a matrix times a batch).
+const char* matmulNodeName(const Stack& in, const Stack&) {
+  const int64_t d1 = in[0].toTensor().dim(), d2 = in[1].toTensor().dim();
+  if (d1 == 1 && d2 == 1) return "DotBackward0";
+  if (d1 == 2 && d2 == 1) return "MvBackward0";
+  if (d1 == 1 && d2 == 2) return "SqueezeBackward3";
+  if (d1 == 2 && d2 == 2) return "MmBackward0";
+  if (d1 == 2) return "CloneBackward0";
+  return "UnsafeViewBackward0";
+}
+
+// reshape is a view when the sizes allow one (PyTorch 1.13's _reshape_alias), else
+// a copy viewed (_unsafe_view).
+const char* reshapeNodeName(const Stack& in, const Stack& out) {
+  const Tensor& self = in[0].toTensor();
+  const Tensor& result = out[0].toTensor();
+  return result.storage().get() == self.storage().get() ? "ReshapeAliasBackward0" : "UnsafeViewBackward0";
+}
 
 Out none(size_t n) { return Out(n); }
 
@@ -189,7 +211,7 @@ std::vector<Def> coreFormulas() {
                  }
                  return Out{ops::expand(x, shape), IValue(), IValue(), IValue()};
                }});
-  d.push_back({"core::matmul", "MatmulBackward0",
+  d.push_back({"core::matmul", "MatmulBackward0",  // named by matmulNodeName
                [](AutogradContext& ctx, const Stack& in, const Stack&) {
                  // Each operand is saved only for the other's gradient (as PyTorch's mm
                  // saves), so writing one whose gradient is not needed is no error.
@@ -221,7 +243,8 @@ std::vector<Def> coreFormulas() {
                    out[1] = ops::reshape(sumTo(ops::matmul(ops::transpose(a, -1, -2), G), b_sizes), other_sizes);
                  }
                  return out;
-               }});
+               },
+               false, &matmulNodeName});
 
   // --- Shapes and views ---
   d.push_back({"core::t", "TBackward0", {}, [](AutogradContext&, const Grads& g) { return Out{ops::t(g[0])}; }});
@@ -233,7 +256,7 @@ std::vector<Def> coreFormulas() {
                [](AutogradContext& ctx, const Grads& g) {
                  return Out{ops::transpose(g[0], ctx.get("dim0").toInt(), ctx.get("dim1").toInt()), IValue(), IValue()};
                }});
-  d.push_back({"core::movedim.int", "MovedimBackward0",
+  d.push_back({"core::movedim.int", "PermuteBackward0",  // PyTorch's movedim is a permute
                [](AutogradContext& ctx, const Stack& in, const Stack&) {
                  ctx.set("source", in[1]);
                  ctx.set("destination", in[2]);
@@ -270,7 +293,7 @@ std::vector<Def> coreFormulas() {
   auto keepSizes = [](AutogradContext& ctx, const Stack& in, const Stack&) { saveSizes(ctx, in); };
   d.push_back({"core::squeeze", "SqueezeBackward0", keepSizes, reshapeBack(1)});
   d.push_back({"core::squeeze.dim", "SqueezeBackward1", keepSizes, reshapeBack(2)});
-  d.push_back({"core::reshape", "ReshapeBackward0", keepSizes, reshapeBack(2)});
+  d.push_back({"core::reshape", "ReshapeAliasBackward0", keepSizes, reshapeBack(2), false, &reshapeNodeName});
   d.push_back({"core::view", "ViewBackward0", keepSizes, reshapeBack(2)});
   d.push_back({"core::expand", "ExpandBackward0", keepSizes, [](AutogradContext& ctx, const Grads& g) {
                  return Out{sumTo(g[0], intsOf(ctx, "self_sizes")), IValue(), IValue()};
@@ -291,7 +314,7 @@ std::vector<Def> coreFormulas() {
                                      ctx.get("index").toInt()),
                             IValue(), IValue()};
                }});
-  d.push_back({"core::narrow", "NarrowBackward0",
+  d.push_back({"core::narrow", "SliceBackward0",  // PyTorch's narrow is a slice
                [](AutogradContext& ctx, const Stack& in, const Stack&) {
                  saveSizes(ctx, in);
                  const Tensor& t = in[0].toTensor();
@@ -380,6 +403,7 @@ void registerCoreFormulas(std::vector<RegistrationHandleRAII>& keep) {
     f->setup = std::move(def.setup);
     f->backward = std::move(def.backward);
     f->nondifferentiable = def.nondifferentiable;
+    f->node_name_for = def.node_name_for;
     f->builtin = true;
     keep.push_back(registerFormula(std::move(f), false, debug));
   }

@@ -51,6 +51,9 @@ struct ArgSlots {
 struct Formula {
   std::string op;         // "ns::name.overload"
   std::string node_name;  // "MulBackward0"
+  // A builtin formula whose node PyTorch names by the inputs (matmul is mm, mv or dot
+  // by rank; reshape a view or a copy): the name for these inputs and outputs.
+  const char* (*node_name_for)(const Stack& inputs, const Stack& outputs) = nullptr;
   BackwardFn backward;
   SetupContextFn setup;
   SetupContextKwFn setup_kw;

@@ -290,13 +290,43 @@ TEST(Autograd, WritingIntoAStorageAnotherTensorSharesIsRefused) {
   EXPECT_EQ(g.grad_fn_name(), "CopyBackwards");
 }
 
+// The node names PyTorch 1.13 records for the same calls (read from libtorch 1.13):
+// a composite op is named by the op it ends in.
+TEST(Autograd, NodesAreNamedAsPyTorchNamesThem) {
+  auto rg = [](std::vector<int64_t> shape) { return ops::ones(shape).set_requires_grad(true); };
+  struct Case {
+    std::vector<int64_t> a, b;
+    const char* name;
+  };
+  for (const Case& c : std::vector<Case>{{{4}, {4}, "DotBackward0"},
+                                         {{3, 4}, {4}, "MvBackward0"},
+                                         {{4}, {4, 5}, "SqueezeBackward3"},
+                                         {{3, 4}, {4, 5}, "MmBackward0"},
+                                         {{5, 3}, {2, 3, 4}, "CloneBackward0"},
+                                         {{2, 3, 4}, {4}, "UnsafeViewBackward0"},
+                                         {{2, 3, 4}, {4, 5}, "UnsafeViewBackward0"},
+                                         {{3}, {2, 3, 4}, "UnsafeViewBackward0"},
+                                         {{2, 2, 3, 4}, {2, 4, 5}, "UnsafeViewBackward0"}}) {
+    EXPECT_EQ(ops::matmul(rg(c.a), rg(c.b)).grad_fn_name(), c.name) << c.a.size() << "-d @ " << c.b.size() << "-d";
+  }
+  const Tensor x = rg({2, 3, 4});
+  EXPECT_EQ(ops::reshape(x, {6, 4}).grad_fn_name(), "ReshapeAliasBackward0");
+  EXPECT_EQ(ops::reshape(ops::transpose(x, 0, 1), {6, 4}).grad_fn_name(), "UnsafeViewBackward0");
+  EXPECT_EQ(ops::narrow(x, 1, 0, 2).grad_fn_name(), "SliceBackward0");
+  EXPECT_EQ(ops::movedim(x, 0, 2).grad_fn_name(), "PermuteBackward0");
+  EXPECT_EQ(ops::sum(x).grad_fn_name(), "SumBackward0");
+  // A result starts at version 0 whatever its history, as PyTorch's.
+  EXPECT_EQ(x.clone()._version(), 0u);
+  EXPECT_EQ(ops::cat({x, x}, 0)._version(), 0u);
+}
+
 TEST(Autograd, TensorMethodsAreRecorded) {
   const Tensor x = leaf({1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_EQ(x.transpose(0, 1).grad_fn_name(), "TransposeBackward0");
   EXPECT_EQ(x.view({3, 2}).grad_fn_name(), "ViewBackward0");
   EXPECT_EQ(x.permute({1, 0}).grad_fn_name(), "PermuteBackward0");
   EXPECT_EQ(x.select(0, 1).grad_fn_name(), "SelectBackward0");
-  EXPECT_EQ(x.slice(1, 0, 2).grad_fn_name(), "NarrowBackward0");
+  EXPECT_EQ(x.slice(1, 0, 2).grad_fn_name(), "SliceBackward0");
   EXPECT_EQ(x.clone().grad_fn_name(), "CloneBackward0");
   EXPECT_EQ(x.to(ScalarType::Double).grad_fn_name(), "ToCopyBackward0");
   // contiguous() of a contiguous tensor, and to() of its own dtype, are the tensor
