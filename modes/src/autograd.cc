@@ -129,6 +129,47 @@ uint32_t Node::add_input_metadata(const Tensor& t) {
 
 namespace detail {
 
+// Note [The layout of .grad]: as PyTorch's AccumulateGrad, a leaf whose layout is
+// dense and non-overlapping (a transposed or permuted tensor included) gets a .grad
+// with its own strides, so that an optimizer may walk both the same way; any other
+// leaf (an expanded or a strided slice) gets a contiguous .grad.
+bool nonOverlappingAndDense(const Tensor& t) {
+  const int64_t nd = t.dim();
+  std::vector<int64_t> perm(static_cast<size_t>(nd));
+  for (int64_t i = 0; i < nd; ++i) perm[static_cast<size_t>(i)] = i;
+  const IntArrayRef sizes = t.sizes(), strides = t.strides();
+  // Innermost first; dims of size 0 or 1 (whose stride means nothing) last.
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+    if (sizes[a] < 2) return false;
+    if (sizes[b] < 2) return true;
+    return strides[a] < strides[b];
+  });
+  int64_t want = 1;
+  for (int64_t d : perm) {
+    if (sizes[d] < 2) return true;
+    if (strides[d] != want) return false;
+    want *= sizes[d];
+  }
+  return true;
+}
+
+bool obeysLayoutContract(const Tensor& grad, const Tensor& variable) {
+  if (!nonOverlappingAndDense(variable)) return grad.is_contiguous();
+  for (int64_t d = 0; d < grad.dim(); ++d) {
+    // A dim of size 1 may have any stride but 0 (a broadcast's, which views another tensor).
+    if (grad.size(d) != 1 ? grad.stride(d) != variable.stride(d) : grad.stride(d) == 0) return false;
+  }
+  return true;
+}
+
+Tensor cloneObeyingContract(const Tensor& grad, const Tensor& variable) {
+  if (grad.wrapper() != nullptr || !nonOverlappingAndDense(variable)) return ops::clone(grad);
+  Tensor out = empty_strided(variable.sizes(), variable.strides(),
+                             TensorOptions(grad.dtype()).with_device(grad.device()));
+  ops::copy_(out, grad);  // recorded when the gradient has history (create_graph)
+  return out;
+}
+
 // The node of a leaf: adds what reaches it to the leaf's .grad.
 class AccumulateGrad final : public Node {
  public:
@@ -148,18 +189,19 @@ class AccumulateGrad final : public Node {
     // it); readers of .grad take only `mu`.
     std::lock_guard<std::mutex> acc(m.accumulate_mu);
     Tensor old = m.grad();
-    if (old.defined() && !is_grad_enabled() && old.is_contiguous()) {
+    if (old.defined() && !is_grad_enabled() && nonOverlappingAndDense(old)) {
       // Into .grad itself, as PyTorch's `variable_grad += new_grad`: a reference to
       // .grad taken before (an optimizer's, set_grad's buffer) sees the sum. A .grad
       // set to an overlapping layout (an expanded tensor) is summed out of place.
       old.copy_(ops::add(old, g));
     } else if (old.defined()) {
       m.set_grad(ops::add(old, g));  // create_graph: a sum with history, out of place
+    } else if (!is_grad_enabled() && g.getIntrusivePtr().use_count() == 1 && g.storage().use_count() == 1 &&
+               obeysLayoutContract(g, variable_)) {
+      m.set_grad(std::move(g));  // the only reference, laid out as .grad must be: kept
     } else {
-      // .grad never aliases a caller's tensor or a broadcast view (PyTorch clones
-      // unless it holds the only reference to a contiguous gradient).
-      const bool shared = g.getIntrusivePtr().use_count() > 1 || g.storage().use_count() > 1;
-      m.set_grad(shared || !g.is_contiguous() ? ops::clone(g) : std::move(g));
+      // .grad never aliases a caller's tensor or a broadcast view.
+      m.set_grad(cloneObeyingContract(g, variable_));
     }
     return {};
   }

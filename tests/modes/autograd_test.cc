@@ -27,6 +27,7 @@
 namespace strata {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using strata::testing::errorOf;
 using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
@@ -249,6 +250,32 @@ TEST(Autograd, GradAccumulatesInPlace) {
   x.set_grad(ops::expand(ops::zeros({1}), {2}));
   ops::sum(ops::mul(x, from_vector<float>({1, 2}))).backward();
   EXPECT_EQ(vals(x.grad()), (std::vector<float>{1, 2}));
+}
+
+// Note [The layout of .grad]: a dense leaf's .grad has the leaf's strides, as
+// PyTorch's (a transposed weight's gradient is transposed too); a leaf that is not
+// dense gets a contiguous one. Both accumulate in place afterwards.
+TEST(Autograd, GradTakesTheLayoutOfADenseLeaf) {
+  const Tensor w = from_vector<float>({1, 2, 3, 4, 5, 6}, std::vector<int64_t>{2, 3}).transpose(0, 1);
+  w.set_requires_grad(true);
+  ops::sum(ops::mul(w, w)).backward();
+  EXPECT_THAT(w.grad().strides(), ElementsAre(1, 3));
+  EXPECT_EQ(vals(w.grad()), vals(ops::mul(w, 2.0)));
+  const Tensor g = w.grad();
+  ops::sum(w).backward();
+  EXPECT_TRUE(g.is_alias_of(w.grad()));
+  EXPECT_THAT(w.grad().strides(), ElementsAre(1, 3));
+  EXPECT_EQ(vals(w.grad()), vals(ops::add(ops::mul(w, 2.0), 1.0)));
+  // A permuted 3-d leaf with a size-1 dim: its strides too.
+  const Tensor p = ops::zeros({2, 1, 3}).permute({2, 1, 0});
+  p.set_requires_grad(true);
+  ops::sum(ops::mul(p, 2.0)).backward();
+  EXPECT_THAT(p.grad().strides(), ElementsAre(1, 3, 3));
+  // A strided slice is not dense: its .grad is contiguous.
+  const Tensor s = ops::zeros({4, 3}).slice(0, 0, 4, 2);
+  s.set_requires_grad(true);
+  ops::sum(ops::mul(s, 2.0)).backward();
+  EXPECT_THAT(s.grad().strides(), ElementsAre(3, 1));
 }
 
 // matmul saves each operand only for the other's gradient: a weight that needs none,
