@@ -559,6 +559,10 @@ TEST(Libraries, PyTorchsMisusesAreErrors) {
               HasSubstr("Explicitly provided dispatch key (Meta) is inconsistent"));
   EXPECT_THAT(errorOf([] { Library w(Library::DEF, "_"); }), HasSubstr("wildcard namespace _"));
   EXPECT_THAT(errorOf([] { Library w(Library::FRAGMENT, "_"); }), HasSubstr("wildcard namespace _"));
+  // prim is reserved for definitions, as in torch.library; an IMPL library may add kernels.
+  EXPECT_THAT(errorOf([] { Library w(Library::DEF, "prim"); }), HasSubstr("prim is a reserved namespace"));
+  EXPECT_THAT(errorOf([] { Library w(Library::FRAGMENT, "prim"); }), HasSubstr("prim is a reserved namespace"));
+  EXPECT_NO_THROW(Library(Library::IMPL, "prim", DispatchKey::CPU));
   EXPECT_THAT(errorOf([] { Library w(Library::DEF, "bad-ns"); }), HasSubstr("invalid library namespace"));
   EXPECT_THAT(errorOf([&] { def.def("h(Tensor x) -> Tensor!!"); }), HasSubstr("invalid schema"));
 }

@@ -53,6 +53,11 @@ Library::Library(Kind kind, std::string ns, std::optional<DispatchKey> key, cons
   STRATA_CHECK(!(ns_ == "_" && kind_ != IMPL), Value, "Cannot create a ", toString(kind_),
                " library for the wildcard namespace _ (", where(std::source_location()),
                "): namespace _ is for fallbacks only; use STRATA_LIBRARY_IMPL(_, KEY, m)");
+  // As torch.library: prim is PyTorch's namespace of interpreter primitives, reserved
+  // so that no library defines ops in it; its ops may still get kernels.
+  STRATA_CHECK(!(ns_ == "prim" && kind_ != IMPL), Value, "Cannot create a ", toString(kind_),
+               " library for namespace prim (", where(std::source_location()),
+               "): prim is a reserved namespace; create the library with another name");
   if (key_) {
     STRATA_CHECK(isRuntimeKey(*key_) || isAliasKey(*key_), Value, "library ", ns_, " (", where(std::source_location()),
                  "): ", toString(*key_), " is not a dispatch key");
