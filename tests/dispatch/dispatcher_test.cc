@@ -491,6 +491,36 @@ TEST(Signatures, KernelsOfOneOpShareOneCppSignatureAndTypedCallsMustUseIt) {
               HasSubstr("does not match the schema"));
 }
 
+// Note [Who keeps a typed signature]: a bundle's typed handles go with its
+// registrations, so its next version may change the op's C++ signature; a typed
+// handle made outside any bundle keeps the signature for the process's life.
+TEST(Signatures, ABundlesTypedHandlesGoWithItsRegistrations) {
+  {
+    BundleRegistrar v1("sigbundle", "1.0.0");
+    RegistrationOwnerGuard owner(v1.owner());
+    Library& lib = v1.library(Library::DEF, "sig3");
+    lib.def("foo(Tensor x, float y) -> Tensor");
+    lib.impl("foo", [](const Tensor& x, double) { return x; }, DispatchKey::CPU);
+    (void)op("sig3::foo").typed<Tensor(const Tensor&, double)>();
+    v1.clear();
+  }
+  BundleRegistrar v2("sigbundle", "2.0.0");
+  {
+    RegistrationOwnerGuard owner(v2.owner());
+    Library& lib = v2.library(Library::DEF, "sig3");
+    lib.def("foo(Tensor x, int n) -> Tensor");
+    EXPECT_NO_THROW(lib.impl("foo", [](const Tensor& x, int64_t) { return x; }, DispatchKey::CPU));
+    EXPECT_NO_THROW((void)op("sig3::foo").typed<Tensor(const Tensor&, int64_t)>());
+  }
+  // A handle made by code outside the bundle ("user") keeps v2's signature after v2 goes.
+  (void)op("sig3::foo").typed<Tensor(const Tensor&, int64_t)>();
+  v2.clear();
+  Library lib(Library::DEF, "sig3");
+  lib.def("foo(Tensor x, float y) -> Tensor");
+  EXPECT_THAT(errorOf([&] { lib.impl("foo", [](const Tensor& x, double) { return x; }, DispatchKey::CPU); }),
+              AllOf(HasSubstr("mismatch in kernel C++ signatures"), HasSubstr("by 'user'")));
+}
+
 TEST(ArgumentChecks, BoxedCallsCheckCountAndTypesAndFillDefaults) {
   Library lib(Library::DEF, "mylib");
   lib.def("foo(Tensor a, Tensor b, float c, int d=3, *, str mode=\"x\") -> Tensor");

@@ -650,6 +650,28 @@ TEST(PluginHost, AVersionThatFailsToLoadGivesWayToTheNextAndIsNotRetried) {
   EXPECT_EQ(env.row("libmuladd_1_2_0_broken.so").state, "rejected");
 }
 
+// A bundle's next version may change an op's C++ signature, and an admin may pin
+// back to the one before, in a running host: each version's typed handles go with
+// it (Note [Who keeps a typed signature]).
+TEST(PluginHost, AVersionThatChangesAnOpsCppSignatureReplacesTheOneBefore) {
+  Env env;
+  env.add(testBundle("typed_sig_1_0_0"));
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  ASSERT_EQ(host.loaded().at("typed_sig").version, "1.0.0");
+  env.add(testBundle("typed_sig_2_0_0"));
+  QStringList what = host.sync();
+  ASSERT_EQ(host.loaded().count("typed_sig"), 1u) << what.join("\n").toStdString();
+  EXPECT_EQ(host.loaded().at("typed_sig").version, "2.0.0") << what.join("\n").toStdString();
+  EXPECT_EQ(env.row("libtyped_sig_2_0_0.so").state, "loaded");
+  EXPECT_NE(Dispatcher::singleton().findSchemaOrThrow("typed_sig::f").schema().str().find("int y"), std::string::npos);
+  env.store->pin("typed_sig", "1.0.0", "ann");
+  what = host.sync();
+  ASSERT_EQ(host.loaded().count("typed_sig"), 1u) << what.join("\n").toStdString();
+  EXPECT_EQ(host.loaded().at("typed_sig").version, "1.0.0") << what.join("\n").toStdString();
+  EXPECT_NE(Dispatcher::singleton().findSchemaOrThrow("typed_sig::f").schema().str().find("float y"), std::string::npos);
+}
+
 // A host that starts with a broken newest version loads the next one in its first pass.
 TEST(PluginHost, AHostStartingBesideABrokenNewestVersionLoadsTheNext) {
   Env env;

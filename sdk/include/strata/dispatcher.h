@@ -375,6 +375,9 @@ namespace detail {
 // `what` is recorded for the host, and the handle returned is empty.
 STRATA_API bool capturingStaticRegistrations();
 STRATA_API RegistrationHandleRAII refuseStaticRegistration(std::string what);
+// A bundle's registrations were dropped: the typed signatures only its typed<>()
+// calls kept are let go (Note [Who keeps a typed signature]). BundleRegistrar calls it.
+void releaseTypedSignatures(const std::string& owner);
 // Lifts the capture on this thread while alive: for the lazy initializers of Strata's
 // own layers (builtin fallbacks), which may first run inside a bundle's load.
 class STRATA_API SuspendStaticCapture {
@@ -531,6 +534,7 @@ class STRATA_API Dispatcher {
   friend class OperatorEntry;
   friend class KernelHandle;
   friend class RegistrationBatch;
+  friend void detail::releaseTypedSignatures(const std::string& owner);
 };
 
 // Note [Registration batches]

@@ -380,6 +380,8 @@ struct Dispatcher::Impl {
   static void forkChild();
   uint64_t next_id = 1;
   std::vector<std::unique_ptr<Library>> builtins;  // owner "builtin"; see registerBuiltins
+  // The ops each owner made a typed handle of (Note [Who keeps a typed signature]).
+  std::unordered_map<std::string, std::vector<OperatorEntry*>> typed_by_owner;
 
   // Note [Lock-free operator lookup]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -1401,6 +1403,15 @@ void OperatorHandle::redispatchBoxed(DispatchKeySet ks, Stack& stack) const {
   kernel.callBoxed(*this, ks, stack);
 }
 
+namespace {
+// "a typed<>() call (by 'muladd@1.1.0')", for the mismatch message.
+std::string typedFrom(const std::vector<std::string>& owners) {
+  std::string s = "a typed<>() call (by ";
+  for (size_t i = 0; i < owners.size(); ++i) s.append(i > 0 ? ", '" : "'").append(owners[i]).append("'");
+  return s.append(")");
+}
+}  // namespace
+
 void OperatorHandle::checkTypedSignature(const CppSignature& sig, const FunctionSchema& inferred) const {
   Dispatcher& d = Dispatcher::singleton();
   std::lock_guard<std::mutex> lock(d.impl_->mu);
@@ -1415,11 +1426,34 @@ void OperatorHandle::checkTypedSignature(const CppSignature& sig, const Function
                  ">() does not match the C++ signature of the operator's kernels, ", current->first.name(),
                  " (from ", current->second, "); a typed call must use the kernels' exact C++ signature");
   }
-  if (!e.typed_signature) {
-    e.typed_signature = sig;
-    e.typed_signature_from = "a typed<>() call";
+  if (!e.typed_signature) e.typed_signature = sig;
+  const std::string& owner = RegistrationOwnerGuard::current();
+  if (std::find(e.typed_owners.begin(), e.typed_owners.end(), owner) == e.typed_owners.end()) {
+    e.typed_owners.push_back(owner);
+    d.impl_->typed_by_owner[owner].push_back(&e);
+    e.typed_signature_from = typedFrom(e.typed_owners);
   }
 }
+
+namespace detail {
+// Note [Who keeps a typed signature] in operator_entry.h.
+void releaseTypedSignatures(const std::string& owner) {
+  Dispatcher& d = Dispatcher::singleton();
+  std::lock_guard<std::mutex> lock(d.impl_->mu);
+  auto it = d.impl_->typed_by_owner.find(owner);
+  if (it == d.impl_->typed_by_owner.end()) return;
+  for (OperatorEntry* e : it->second) {
+    std::erase(e->typed_owners, owner);
+    if (e->typed_owners.empty()) {
+      e->typed_signature.reset();
+      e->typed_signature_from.clear();
+    } else {
+      e->typed_signature_from = typedFrom(e->typed_owners);
+    }
+  }
+  d.impl_->typed_by_owner.erase(it);
+}
+}  // namespace detail
 
 // ---------------------------------------------------------------------------
 // Missing kernels.

@@ -120,8 +120,15 @@ class OperatorEntry {
   std::map<DispatchKey, std::list<std::shared_ptr<KernelRecord>>> kernels;
 
   // The C++ signature unboxed kernels and typed calls must share.
-  std::optional<CppSignature> typed_signature;  // sticky once a typed handle was made
+  // Note [Who keeps a typed signature]: a typed<>() call fixes the signature, since
+  // the handle it returns may be called at any time after. It stays while any owner
+  // that made one may still hold it: an owner that is a bundle lets go when the
+  // bundle's registrations are dropped (its code, and so its handles, go with them;
+  // detail::releaseTypedSignatures); any other owner ("user", "builtin") keeps it for
+  // the process's life.
+  std::optional<CppSignature> typed_signature;
   std::string typed_signature_from;
+  std::vector<std::string> typed_owners;
 
   std::array<SlotState, kNumRuntimeKeySlots> slot_state;
 

@@ -85,6 +85,7 @@ void BundleRegistrar::clear() {
   order_.clear();
   libraries_.clear();
   others_.clear();
+  detail::releaseTypedSignatures(owner());  // its code, and the handles it made, go too
 }
 
 }  // namespace strata
