@@ -698,6 +698,14 @@ QStringList PluginHost::rescan() {
       if (grew) break;
     }
   }
+  // Note [A swap without a gap]: steps 3 and 4 run inside one RegistrationBatch, so
+  // calls on other threads see the bundles as they were until the whole swap is
+  // published at once: an upgrade, a rollback to the version before after a failed
+  // one, a pin, never leave an op missing in between (a call made meanwhile runs
+  // the old version's kernel, whose code stays mapped). Not with --check: the checks
+  // call the new version's ops, which must be published first.
+  std::optional<RegistrationBatch> swap;
+  if (check_ == CheckPolicy::off && !to_unload.empty()) swap.emplace();
   std::vector<QString> order(to_unload.begin(), to_unload.end());
   std::sort(order.begin(), order.end(),
             [this](const QString& a, const QString& b) { return loaded_.at(a).seq > loaded_.at(b).seq; });
@@ -863,6 +871,7 @@ QStringList PluginHost::rescan() {
       }
     }
   }
+  swap.reset();  // the swap goes out: every table and schema it touched at once
   // What failed for a reason other bundles may change is tried again once they do:
   // compared with the bundles loaded now, at the end of the rescan, the set the next
   // rescan starts from (Note [Choosing a version]).

@@ -42,7 +42,8 @@
 // says so), then the others, highest first. So a new version that fails to load
 // never takes the bundle down: the version that ran before loads again, and its
 // dependents with it (the old one is unloaded first, as for any upgrade: two
-// versions define the same namespaces and cannot be registered side by side). A
+// versions define the same namespaces and cannot be registered side by side; calls
+// on other threads never see the gap, Note [A swap without a gap] in plugin_host.cc). A
 // dependent whose namespace only a version still to be tried defines waits for it.
 // Two versions in a dependency cycle give way to the ones before them.
 //

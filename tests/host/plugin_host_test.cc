@@ -672,6 +672,55 @@ TEST(PluginHost, AVersionThatChangesAnOpsCppSignatureReplacesTheOneBefore) {
   EXPECT_NE(Dispatcher::singleton().findSchemaOrThrow("typed_sig::f").schema().str().find("float y"), std::string::npos);
 }
 
+// Note [A swap without a gap]: a thread calling a bundle's op all along never fails
+// while the host upgrades it, falls back from a broken newer version, or is pinned
+// back: each swap is published at once.
+TEST(PluginHost, CallsOnAnotherThreadSeeNoGapWhileVersionsSwap) {
+  Env env;
+  env.add(plugin("muladd_1_0_0"));
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  ASSERT_EQ(host.loaded().at("muladd").version, "1.0.0");
+  const OperatorHandle h = Dispatcher::singleton().findSchemaOrThrow("extension_cpp::mymuladd");
+  std::atomic<bool> stop{false};
+  std::atomic<long> calls{0}, failures{0};
+  std::string first_failure;
+  std::thread caller([&] {
+    while (!stop.load()) {
+      try {
+        Stack s{IValue(ops::ones({3})), IValue(ops::ones({3})), IValue(2.0)};
+        h.callBoxed(s);
+      } catch (const std::exception& e) {
+        if (failures++ == 0) first_failure = e.what();
+      }
+      ++calls;
+    }
+  });
+  auto callsDuring = [&](auto&& change) {
+    const long before = calls.load();
+    change();
+    while (calls.load() < before + 100) std::this_thread::yield();  // the caller ran across it
+  };
+  callsDuring([&] {
+    env.add(plugin("muladd_1_1_0"));
+    host.sync();
+  });
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
+  callsDuring([&] {
+    env.add(testBundle("muladd_1_2_0_broken"));
+    host.sync();
+  });
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
+  callsDuring([&] {
+    env.store->pin("muladd", "1.0.0", "ann");
+    host.sync();
+  });
+  EXPECT_EQ(host.loaded().at("muladd").version, "1.0.0");
+  stop = true;
+  caller.join();
+  EXPECT_EQ(failures.load(), 0) << first_failure;
+}
+
 // A host that starts with a broken newest version loads the next one in its first pass.
 TEST(PluginHost, AHostStartingBesideABrokenNewestVersionLoadsTheNext) {
   Env env;

@@ -528,12 +528,28 @@ struct Dispatcher::Impl {
   std::set<OperatorEntry*> batch_dirty;
   bool batch_all = false;
 
+  bool inBatch() const { return batch_depth > 0 && batch_thread == std::this_thread::get_id(); }
+
   void recompute(OperatorEntry& e) {
-    if (batch_depth > 0 && batch_thread == std::this_thread::get_id()) {
+    if (inBatch()) {
       batch_dirty.insert(&e);
       return;
     }
     publish(e);
+  }
+
+  // At a batch's end, after its table: what the batch staged of the entry's schema
+  // and rules (Note [Registration batches]).
+  void publishStaged(OperatorEntry& e) {
+    if (!e.def) e.info.store(nullptr, std::memory_order_release);
+    e.rules.store(e.rules_owned.get(), std::memory_order_release);
+    e.core.has_rules.store(e.rules_owned != nullptr, std::memory_order_release);
+  }
+
+  // The schema registrations are checked against: the def's, not one a batch has
+  // yet to take down.
+  static const OperatorInfo* definedInfo(const OperatorEntry& e) {
+    return e.def ? e.info.load(std::memory_order_relaxed) : nullptr;
   }
 
   void publish(OperatorEntry& e) {
@@ -576,7 +592,7 @@ struct Dispatcher::Impl {
   }
 
   void recomputeAll() {
-    if (batch_depth > 0 && batch_thread == std::this_thread::get_id()) {
+    if (inBatch()) {
       batch_all = true;
       return;
     }
@@ -591,12 +607,18 @@ struct Dispatcher::Impl {
     retired.push_back(std::move(r));
   }
 
-  // Publishes a new rule set for e (null when empty) and retires the old one.
+  // Publishes a new rule set for e (null when empty) and retires the old one. Inside
+  // a batch it is staged: the set calls read stays (retired, it is not freed while
+  // the batch is open) until the batch publishes the entry.
   void publishRules(OperatorEntry& e, std::vector<std::shared_ptr<const RuleRecord>> rules) {
     std::unique_ptr<const RuleSet> next;
     if (!rules.empty()) next = std::make_unique<const RuleSet>(RuleSet{std::move(rules)});
-    e.rules.store(next.get(), std::memory_order_release);
-    e.core.has_rules.store(next != nullptr, std::memory_order_release);
+    if (inBatch()) {
+      batch_dirty.insert(&e);
+    } else {
+      e.rules.store(next.get(), std::memory_order_release);
+      e.core.has_rules.store(next != nullptr, std::memory_order_release);
+    }
     if (e.rules_owned) retired_rules.push_back(std::move(e.rules_owned));
     e.rules_owned = std::move(next);
   }
@@ -820,13 +842,22 @@ RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOp
   // RegistrationBatch the table is published when the batch ends; until then the
   // bundle's ops are found and answer "no kernel", as before.)
   impl_->recompute(e);
+  if (const OperatorInfo* was = e.info.load(std::memory_order_relaxed); was != nullptr && was != info) {
+    // A batch took the def down and puts up another schema (a new version of a bundle):
+    // no kernel of the old schema may stay in the table beside the new schema, so
+    // the entry's table goes out now, with what is registered for the new one.
+    impl_->publish(e);
+  }
   e.info.store(info, std::memory_order_release);
   OperatorEntry* ep = &e;
   return RegistrationHandleRAII([this, ep, id] {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (!ep->def || ep->def->id != id) return;
     ep->def.reset();
-    ep->info.store(nullptr, std::memory_order_release);
+    // Inside a batch the schema stays up with the table until the batch ends (a new
+    // version defining the op again puts the same schema back): calls never see the
+    // op missing in between.
+    if (!impl_->inBatch()) ep->info.store(nullptr, std::memory_order_release);
     impl_->recompute(*ep);
   });
 }
@@ -851,7 +882,7 @@ RegistrationHandleRAII Dispatcher::registerImpl(const OperatorName& op, Dispatch
   OperatorEntry& e = impl_->entry(op);
   record->op = e.qualified;
   if (record->kernel.cppSignature()) {
-    if (const OperatorInfo* info = e.info.load(std::memory_order_relaxed)) {
+    if (const OperatorInfo* info = Impl::definedInfo(e)) {
       checkKernelAgainstSchema(e, info->schema, *record, impl_->inferred_schemas);
     }
     if (auto sig = impl_->currentSignature(e); sig && !(sig->first == *record->kernel.cppSignature())) {
@@ -1255,9 +1286,15 @@ RegistrationBatch::~RegistrationBatch() {
     std::lock_guard<std::mutex> lock(impl.mu);
     if (--impl.batch_depth > 0) return;
     if (impl.batch_all) {
-      for (auto& [_, e] : impl.ops) impl.publish(*e);
+      for (auto& [_, e] : impl.ops) {
+        impl.publish(*e);
+        impl.publishStaged(*e);
+      }
     } else {
-      for (OperatorEntry* e : impl.batch_dirty) impl.publish(*e);
+      for (OperatorEntry* e : impl.batch_dirty) {
+        impl.publish(*e);
+        impl.publishStaged(*e);
+      }
     }
     impl.batch_dirty.clear();
     impl.batch_all = false;
@@ -1416,7 +1453,7 @@ void OperatorHandle::checkTypedSignature(const CppSignature& sig, const Function
   Dispatcher& d = Dispatcher::singleton();
   std::lock_guard<std::mutex> lock(d.impl_->mu);
   OperatorEntry& e = *entry_;
-  if (const OperatorInfo* info = e.info.load(std::memory_order_relaxed)) {
+  if (const OperatorInfo* info = Dispatcher::Impl::definedInfo(e)) {
     const std::string diff = schemaDifference(info->schema, inferred);
     STRATA_CHECK(diff.empty(), Schema, e.qualified, ": typed<", sig.name(), ">() does not match the schema: ", diff,
                  ".\n  schema:          ", info->schema.str(), "\n  typed signature: ", inferred.signatureStr());
