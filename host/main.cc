@@ -4,7 +4,9 @@
 #include <QTextStream>
 
 #include <csignal>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "commands/commands.h"
 #include "strata/modes/dispatch_mode.h"
@@ -112,7 +114,25 @@ int main(int argc, char** argv) {
       QStringList sub = args.mid(2);
       sub.prepend(QStringLiteral("strata ") + c.name);
       out.flush();
-      return c.run(sub);
+      int rc = strata::host::kExitInvalidInput;
+      try {
+        rc = c.run(sub);
+      } catch (const std::exception& e) {  // what a command's own handlers did not name
+        err << "strata " << c.name << ": error: " << e.what() << "\n";
+      } catch (...) {
+        // A kernel's or a bundle's throw of something else (an int, a struct): it
+        // would otherwise end the process with std::terminate.
+        err << "strata " << c.name
+            << ": error: a kernel or a bundle threw an exception that is not a std::exception, so Strata "
+               "cannot say what it holds\n";
+      }
+      // Output that could not be written (a full disk, a closed pipe) is an error, not
+      // a silent success.
+      if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+        err << "strata " << c.name << ": error: cannot write the output: " << std::strerror(errno) << "\n";
+        return strata::host::kExitInvalidInput;
+      }
+      return rc;
     }
   }
   err << "strata: unknown command '" << args[1] << "'\n\n";

@@ -120,18 +120,39 @@ bool copyVerified(const QString& src, const QString& sha256, const QString& dst,
     *why = "cannot read: " + in.errorString();
     return false;
   }
-  const QByteArray bytes = in.readAll();
-  if (QString::fromLatin1(QCryptographicHash::hash(bytes, QCryptographicHash::Sha256).toHex()) != sha256) {
-    *why = "the file changed while it was being loaded (it is read again at the next rescan)";
+  QFile out(dst + ".part");
+  if (!out.open(QIODevice::WriteOnly | QIODevice::Truncate)) {
+    *why = "cannot copy to the bundle cache: " + out.errorString();
     return false;
   }
-  QFile out(dst + ".part");
-  if (!out.open(QIODevice::WriteOnly | QIODevice::Truncate) || out.write(bytes) != bytes.size() || !out.flush()) {
+  // In pieces, hashed as they go: a file of any size takes 1 MiB of memory.
+  QCryptographicHash h(QCryptographicHash::Sha256);
+  QByteArray piece;
+  while (!in.atEnd()) {
+    piece = in.read(qint64{1} << 20);
+    if (piece.isEmpty() && in.error() != QFileDevice::NoError) {
+      *why = "cannot read: " + in.errorString();
+      out.remove();
+      return false;
+    }
+    h.addData(piece);
+    if (out.write(piece) != piece.size()) {
+      *why = "cannot copy to the bundle cache: " + out.errorString();
+      out.remove();
+      return false;
+    }
+  }
+  if (!out.flush()) {
     *why = "cannot copy to the bundle cache: " + out.errorString();
     out.remove();
     return false;
   }
   out.close();
+  if (QString::fromLatin1(h.result().toHex()) != sha256) {
+    *why = "the file changed while it was being loaded (it is read again at the next rescan)";
+    out.remove();
+    return false;
+  }
   if (!QFile::rename(out.fileName(), dst)) {
     *why = "cannot copy to the bundle cache: cannot rename " + out.fileName();
     out.remove();
@@ -815,7 +836,17 @@ QStringList PluginHost::rescan() {
         continue;
       }
       QString error;
-      if (load(f, &error)) {
+      bool ok = false;
+      try {
+        ok = load(f, &error);
+      } catch (const std::exception& e) {  // the host's own failure (memory): this file only
+        error = QString("the host could not load it: ") + e.what();
+        record(f, "rejected", error);
+      } catch (...) {
+        error = "the host could not load it: an exception that is not a std::exception";
+        record(f, "rejected", error);
+      }
+      if (ok) {
         what << "loaded " + it->first + "@" + f.metadata->version_text;
         for (const auto& ns : f.metadata->defines) definer[ns] = it->first;  // whoever claimed it first may have failed
         it = pending.erase(it);
@@ -1008,7 +1039,9 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
       }
     }
     loader = std::make_unique<QPluginLoader>(copy);
-    loader->setLoadHints(QLibrary::PreventUnloadHint);
+    // Every symbol bound at load (RTLD_NOW): a symbol no library defines fails the
+    // load, naming it, instead of ending the process at the first call that needs it.
+    loader->setLoadHints(QLibrary::PreventUnloadHint | QLibrary::ResolveAllSymbolsHint);
   }
   // Its static initializers run now, the first time: what they register is captured
   // (Note [Static registrations in bundles] in strata/plugin.h), and kept with the
@@ -1019,16 +1052,36 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
     // Per process, not per host: a library's static initializers run once in it.
     static std::mutex statics_mu;
     static std::map<QString, StaticRegistrations> statics_by_sha;
+    // A library whose static initializers threw is never loaded again in this
+    // process: they ran part way, and do not run again.
+    static std::map<QString, QString> threw_by_sha;
     std::lock_guard<std::mutex> lock(statics_mu);
+    if (auto t = threw_by_sha.find(f.sha256); t != threw_by_sha.end()) return reject(t->second);
     StaticRegistrations& kept = statics_by_sha[f.sha256];
     Dispatcher::singleton();  // the builtins are Strata's, registered before any capture
+    QString threw;
     {
       CaptureStaticRegistrations capture(kept);
-      root = loader->instance();
+      try {
+        root = loader->instance();
+      } catch (const std::exception& e) {
+        threw = QString("its static initializers threw: ") + e.what();
+      } catch (...) {
+        threw = "its static initializers threw an exception that is not a std::exception";
+      }
+    }
+    if (!threw.isEmpty()) {
+      // What they registered before the throw is refused (the capture took it), and
+      // the library stays mapped, unused.
+      threw_by_sha[f.sha256] = threw + " (fix the bundle; this file is not loaded again until the host restarts)";
+      return reject(threw_by_sha[f.sha256]);
     }
     statics = kept;
   }
-  if (root == nullptr) return reject("cannot load the library: " + loader->errorString());
+  if (root == nullptr) {
+    // Qt names the private copy; the user knows the file in the plugin directory.
+    return reject("cannot load the library: " + loader->errorString().replace(loader->fileName(), f.path));
+  }
   if (!statics.refused.empty()) {
     QStringList what;
     for (size_t i = 0; i < statics.refused.size() && i < 8; ++i) what << q(statics.refused[i]);

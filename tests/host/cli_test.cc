@@ -6,9 +6,11 @@
 #include <array>
 #include <filesystem>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <sstream>
 #include <string>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -246,6 +248,30 @@ TEST(CliCheck, MuladdPassesAndTheBrokenBundleFailsOneTestPerOp) {
   const Result unknown = run("check nosuch --db " + q(tmp + "/a.db"));
   EXPECT_EQ(unknown.status, 1);
   EXPECT_THAT(unknown.out, HasSubstr("error: no loaded bundle or operator named 'nosuch'"));
+  std::filesystem::remove_all(tmp);
+}
+
+// A kernel's throw of something that is not a std::exception is an error of the
+// command (exit 1, saying so), not std::terminate; and output that cannot be written
+// (a full disk) is an error, not a silent success.
+TEST(CliTest, AForeignThrowAndAnUnwritableOutputAreErrors) {
+  const std::string tmp = ::testing::TempDir() + "/strata_cli_throw." + std::to_string(::getpid());
+  std::filesystem::create_directories(tmp + "/plugins");
+  std::filesystem::copy_file(std::string(STRATA_BUILD_DIR) + "/tests/bundles/libkernel_throws_int.so",
+                             tmp + "/plugins/libkernel_throws_int.so",
+                             std::filesystem::copy_options::overwrite_existing);
+  const Result r = run("call kthrow::f 'ones(2)' --plugins " + q(tmp + "/plugins") + " --db " + q(tmp + "/s.db"));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("threw an exception that is not a std::exception"));
+  if (std::filesystem::exists("/dev/full")) {
+    const std::string cmd = "STRATA_DB=" + q(tmp + "/s.db") + " " + std::string(STRATA_CLI) + " ops > /dev/full 2> " +
+                            q(tmp + "/err.txt");
+    const int status = std::system(cmd.c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+    std::stringstream err;
+    err << std::ifstream(tmp + "/err.txt").rdbuf();
+    EXPECT_THAT(err.str(), HasSubstr("cannot write the output: No space left on device"));
+  }
   std::filesystem::remove_all(tmp);
 }
 

@@ -1,0 +1,26 @@
+// A test-only muladd 1.3.0 whose own static initializer (not a STRATA_LIBRARY block)
+// throws while the library loads: the host rejects this file with the reason and
+// keeps the version that ran before (Note [The load transaction]).
+#include <QObject>
+
+#include <stdexcept>
+
+#include <strata/plugin.h>
+
+namespace {
+struct ThrowsAtLoad {
+  ThrowsAtLoad() { throw 5; }
+};
+const ThrowsAtLoad throws_at_load;
+}  // namespace
+
+class static_init_throws_int_Bundle : public QObject, public strata::Bundle {
+  Q_OBJECT
+  Q_PLUGIN_METADATA(IID STRATA_BUNDLE_IID FILE "static_init_throws_int.json")
+  Q_INTERFACES(strata::Bundle)
+
+ public:
+  void registerAll(strata::BundleRegistrar&) override {}
+};
+
+#include "static_init_throws_int.moc"
