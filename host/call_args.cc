@@ -2,6 +2,8 @@
 
 #include <cctype>
 #include <charconv>
+#include <climits>
+#include <cstdint>
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -220,6 +222,26 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
         values.push_back(static_cast<double>(*i));
       } else {
         values.push_back(*asDouble(leaf));
+      }
+    }
+    // An integer dtype takes only values it can hold, as torch.tensor([300],
+    // dtype=torch.uint8) refuses (floats round toward zero first; bools always fit).
+    if (dtype && (*dtype == kUInt8 || *dtype == kInt8 || *dtype == kInt32 || *dtype == kInt64)) {
+      const auto [lo, hi] = *dtype == kUInt8  ? std::pair<int64_t, int64_t>{0, 255}
+                            : *dtype == kInt8  ? std::pair<int64_t, int64_t>{-128, 127}
+                            : *dtype == kInt32 ? std::pair<int64_t, int64_t>{INT32_MIN, INT32_MAX}
+                                               : std::pair<int64_t, int64_t>{INT64_MIN, INT64_MAX};
+      for (size_t i = 0; i < n.leaves.size(); ++i) {
+        const std::string_view leaf = n.leaves[i];
+        bool fits = true;
+        if (auto v = asInt(leaf)) {
+          fits = *v >= lo && *v <= hi;
+        } else if (!asBool(leaf)) {
+          const double d = std::trunc(values[i]);  // NaN and the infinities fit no integer
+          fits = d >= static_cast<double>(lo) && d < static_cast<double>(hi) + 1.0;
+        }
+        STRATA_CHECK(fits, Value, "'", shortened(whole), "': value ", leaf, " cannot be converted to type ",
+                     toString(*dtype), " without overflow");
       }
     }
     // int64 straight from the integers: a trip through double would round above 2^53.

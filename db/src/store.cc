@@ -267,7 +267,10 @@ int execRetryingBusy(sqlite3* db, const char* sql, std::chrono::milliseconds wai
 
 void Store::openConnection(bool create) {
   const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
-  const int rc = sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr);
+  // A path is a file's name, never one of SQLite's special names: "file:..." would
+  // be read as a URI (Debian's SQLite reads them) and ":memory:" as no file at all.
+  const std::string name = path_.rfind("file:", 0) == 0 || path_.rfind(':', 0) == 0 ? "./" + path_ : path_;
+  const int rc = sqlite3_open_v2(name.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK) {
     std::string why = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     sqlite3_close(db_);
@@ -398,6 +401,17 @@ Store::Store(const std::string& path) : path_(path) {
   if (std::filesystem::is_directory(path, ec)) {
     throw StoreError("store " + path + ": a directory, not a store file (name a file in it, e.g. " +
                      (std::filesystem::path(path) / "strata.db").string() + ")");
+  }
+  // A FIFO would block the first read forever, a device (/dev/null) would read as
+  // an empty database: only a regular file (or a link to one) can be a store.
+  if (const auto st = std::filesystem::status(path, ec); !ec && std::filesystem::exists(st) &&
+                                                          !std::filesystem::is_regular_file(st)) {
+    const char* kind = std::filesystem::is_fifo(st)               ? "a FIFO"
+                       : std::filesystem::is_character_file(st) ? "a character device"
+                       : std::filesystem::is_block_file(st)     ? "a block device"
+                       : std::filesystem::is_socket(st)         ? "a socket"
+                                                                 : "not a regular file";
+    throw StoreError("store " + path + ": " + kind + ", not a store file; name a store file (e.g. --db strata.db)");
   }
   if (!std::filesystem::exists(path, ec)) createAtomically(path);
   refuseTruncated();

@@ -357,6 +357,20 @@ int runDumpCommand(const QStringList& args) {
   }
 }
 
+// What a kernel returned, checked against the schema before it is printed: a boxed
+// kernel (a bundle's, written by hand) may return the wrong number or kind of values,
+// which a typed caller would refuse too.
+void checkReturned(const OperatorHandle& op, const Stack& s) {
+  const FunctionSchema& schema = op.schema();
+  const auto& returns = schema.returns();
+  STRATA_CHECK(schema.is_varret() || s.size() == returns.size(), Value, op.name(), ": its kernel returned ",
+               s.size(), " value(s), but the schema (", schema.str(), ") has ", returns.size());
+  for (size_t i = 0; i < std::min(s.size(), returns.size()); ++i) {
+    STRATA_CHECK(returns[i].type->kind() != TypeKind::Tensor || s[i].isTensor(), Value, op.name(),
+                 ": its kernel returned ", s[i].typeName(), " for result ", i, ", which the schema declares Tensor");
+  }
+}
+
 // `strata call OP ARGS --vmap IN_DIMS`: the tensor arguments go to vmap as one list
 // (each with its in_dim); the function rebuilds the op's stack around the batched
 // tensors and calls the op (through explain() with --explain, which then shows the
@@ -438,6 +452,7 @@ Stack callUnderVmap(const OperatorHandle& op, Stack stack, const std::string& in
     } else {
       op.callBoxed(s);
     }
+    checkReturned(op, s);
     std::vector<Tensor> results;
     for (const IValue& v : s) results.push_back(v.toTensor());
     return results;
@@ -610,6 +625,7 @@ int runCallCommand(const QStringList& args) {
         throw std::runtime_error(op.name() + ": " + e.what());  // a bundle's own exception: say whose
       }
     }
+    if (!parser.isSet("vmap")) checkReturned(op, stack);
     while (!guards.empty()) guards.pop_back();  // innermost first
     while (!autocast_guards.empty()) autocast_guards.pop_back();  // innermost first
     for (const IValue& v : stack) {

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -198,6 +200,34 @@ TEST(Store, RefusesEmptyFilesAndOtherProgramsDatabasesUnchanged) {
   EXPECT_EQ(sqlite3_column_int(st, 0), Store::kApplicationId);
   sqlite3_finalize(st);
   sqlite3_close(raw);
+}
+
+// Only a regular file can be a store: a FIFO (which would block the first read) and
+// a device are refused, naming what they are. A path is always a file's name:
+// "file:x.db" and ":memory:" make files of those names, not a URI or no file.
+TEST(Store, SpecialFilesAreRefusedAndSQLitesSpecialNamesAreFileNames) {
+  TempDir d;
+  ASSERT_EQ(::mkfifo(d.file("fifo.db").c_str(), 0600), 0);
+  EXPECT_THAT(errorOf([&] { Store s(d.file("fifo.db")); }), HasSubstr("fifo.db: a FIFO, not a store file"));
+  if (std::filesystem::exists("/dev/null")) {
+    EXPECT_THAT(errorOf([] { Store s("/dev/null"); }), HasSubstr("/dev/null: a character device, not a store file"));
+  }
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(d.path);
+  for (const char* name : {"file:u.db", ":memory:"}) {
+    {
+      Store s(name);
+      s.setKernelState("core::neg", "cpu", false, "", "ann");
+    }
+    EXPECT_TRUE(std::filesystem::is_regular_file(d.path / name)) << name;
+    Store again(name);
+    EXPECT_EQ(again.kernelStates().size(), 1u) << name;  // the same file, read back
+  }
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(d.path)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{":memory:", "fifo.db", "file:u.db"}));  // no temporary left behind
+  std::filesystem::current_path(cwd);
 }
 
 // A file shorter than its header says is truncated, unless it grows to its size soon:

@@ -263,6 +263,9 @@ TEST(CliTest, AForeignThrowAndAnUnwritableOutputAreErrors) {
   const Result r = run("call kthrow::f 'ones(2)' --plugins " + q(tmp + "/plugins") + " --db " + q(tmp + "/s.db"));
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr("threw an exception that is not a std::exception"));
+  const Result many = run("call kthrow::many 'ones(2)' --plugins " + q(tmp + "/plugins") + " --db " + q(tmp + "/s.db"));
+  EXPECT_EQ(many.status, 1) << many.out;
+  EXPECT_THAT(many.out, HasSubstr("kthrow::many: its kernel returned 2 value(s), but the schema"));
   if (std::filesystem::exists("/dev/full")) {
     const std::string cmd = "STRATA_DB=" + q(tmp + "/s.db") + " " + std::string(STRATA_CLI) + " ops > /dev/full 2> " +
                             q(tmp + "/err.txt");
@@ -382,6 +385,15 @@ TEST(CliCallTest, BadArgumentsAreClearErrors) {
     EXPECT_EQ(r.status, 1) << ragged << ": " << r.out;
     EXPECT_THAT(r.out, HasSubstr("a ragged nested list (numbers and lists at the same depth)")) << ragged;
   }
+  // An integer dtype takes only the values it holds, as torch.tensor's does.
+  for (const char* lit : {"'[300]:u8'", "'[-1.5]:u8'", "'[1e10]:i32'", "'[nan]:i64'", "'[1,128]:i8'"}) {
+    r = run(std::string("call core::clone ") + lit);
+    EXPECT_EQ(r.status, 1) << lit << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr("without overflow")) << lit;
+  }
+  r = run("call core::clone '[255,-0.5,true]:u8'");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "tensor([255,   0,   1], dtype=uint8)\n");
   r = run("call core::clone '[[],[]]'");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out, "tensor([], size=(2, 0))\n");
