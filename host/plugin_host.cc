@@ -40,8 +40,10 @@ namespace {
 
 QString q(const std::string& s) { return QString::fromStdString(s); }
 
+// A bundle's name: what its files, rows and commands are called by (not '.', '..' or
+// an option-like '-x'), as strata_add_bundle checks it.
 bool isName(const QString& s) {
-  static const QRegularExpression re("^[A-Za-z0-9_.-]+$");
+  static const QRegularExpression re("^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$");
   return re.match(s).hasMatch();
 }
 bool isIdentifier(const QString& s) {
@@ -54,8 +56,12 @@ bool isIdentifier(const QString& s) {
 bool isBundleName(const QString& s) { return isName(s); }
 bool isSemanticVersion(const QString& s) {
   // Each number below a billion, so it fits the int QVersionNumber compares.
+  // semver.org's grammar: dot-separated identifiers after '-' (pre-release) and '+'
+  // (build), none empty, a numeric pre-release identifier without a leading zero.
   static const QRegularExpression semver(
-      R"(^(0|[1-9]\d{0,8})\.(0|[1-9]\d{0,8})\.(0|[1-9]\d{0,8})([-+][0-9A-Za-z.+-]*)?$)");
+      R"(^(0|[1-9]\d{0,8})\.(0|[1-9]\d{0,8})\.(0|[1-9]\d{0,8}))"
+      R"((?:-(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*))*)?)"
+      R"((?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$)");
   return semver.match(s).hasMatch();
 }
 
@@ -301,11 +307,16 @@ std::optional<BundleMetadata> checkPluginMetaData(const QJsonObject& meta, QStri
   const QJsonObject md = mdv.toObject();
   BundleMetadata m;
   if (!md["name"].isString() || !isName(md["name"].toString())) {
-    return fail(md.contains("name") ? "bundle.json: \"name\" must be a string of letters, digits, '_', '.', '-'"
+    return fail(md.contains("name") ? "bundle.json: \"name\" must be a string of letters, digits, '_', '.' and '-' "
+                                      "that starts with a letter, digit or '_', at most 128 characters"
                                   : "bundle.json has no \"name\"");
   }
   m.name = md["name"].toString();
-  if (!md["version"].isString() || !isSemanticVersion(md["version"].toString())) {
+  if (md.contains("version") && !md["version"].isString()) {
+    return fail("bundle.json: \"version\" must be a string such as \"1.0.0\", not " +
+                QString(md["version"].isDouble() ? "a number" : "another JSON type"));
+  }
+  if (!isSemanticVersion(md["version"].toString())) {
     return fail(md.contains("version")
                   ? "bundle.json: \"version\" '" + md["version"].toVariant().toString() +
                         "' is not a semantic version (MAJOR.MINOR.PATCH, each number below 1000000000)"
@@ -369,7 +380,12 @@ BundleFile readBundleFile(const QString& path) {
   QPluginLoader loader(path);
   const QJsonObject meta = loader.metaData();  // does not load the library
   if (meta.isEmpty()) {
-    f.error = "not a Qt plugin (no plugin metadata could be read: " + loader.errorString() + ")";
+    // Qt's reason names the path the row names already; the fix is in the bundle's class.
+    QString why = loader.errorString();
+    why.replace(QFileInfo(path).absoluteFilePath(), "the file").replace(path, "the file");
+    f.error = "not a Strata bundle: it has no Qt plugin metadata (" + why +
+              "); a bundle's class declares Q_PLUGIN_METADATA(IID STRATA_BUNDLE_IID FILE \"bundle.json\") and is "
+              "built with strata_add_bundle";
     return f;
   }
   f.metadata = checkPluginMetaData(meta, &f.error);
@@ -1091,7 +1107,10 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
                   what.join("; "));
   }
   auto* bundle = qobject_cast<Bundle*>(root);
-  if (bundle == nullptr) return reject("its root object does not implement strata::Bundle");
+  if (bundle == nullptr) {
+    return reject("its root object does not implement strata::Bundle (its class derives from QObject and "
+                  "strata::Bundle and declares Q_INTERFACES(strata::Bundle))");
+  }
   const AbiVersion abi = bundle->sdkAbi();
   if (abi.major != m.abi_major || abi.minor != m.abi_minor) {
     return reject(QString("its code was built for SDK ABI %1.%2, but bundle.json says %3.%4")

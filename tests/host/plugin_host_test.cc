@@ -144,6 +144,21 @@ TEST(PluginHost, ChecksMetadataFieldByField) {
   EXPECT_FALSE(isSemanticVersion("1000000000.0.0"));
   EXPECT_FALSE(isSemanticVersion("01.2.3"));
   EXPECT_TRUE(isSemanticVersion("1.2.3-rc.1+b5"));
+  // semver.org's grammar exactly: no empty identifiers, no leading zero in a numeric one.
+  for (const char* v : {"1.0.0-alpha", "1.0.0-0.3.7", "1.0.0-x.7.z.92", "1.0.0-x-y-z.--", "1.0.0+20130313144700",
+                        "1.0.0-beta+exp.sha.5114f85", "1.0.0-0a", "1.0.0-a.01b"}) {
+    EXPECT_TRUE(isSemanticVersion(v)) << v;
+  }
+  for (const char* v : {"1.0.0-", "1.0.0+", "1.0.0-01", "1.0.0+a+b", "1.0.0-a..b", "1.0.0-a.", "1.0.0+a_b", "1.0"}) {
+    EXPECT_FALSE(isSemanticVersion(v)) << v;
+  }
+  for (const char* n : {"-x", ".", "..", ".hidden", ""}) EXPECT_FALSE(isBundleName(n)) << n;
+  EXPECT_FALSE(isBundleName(QString(129, 'a')));
+  EXPECT_TRUE(isBundleName("my_bundle-2.x"));
+  std::string number = ok;
+  number.replace(number.find(R"("999999999.0.1")"), 15, "1.0");
+  EXPECT_FALSE(checkPluginMetaData(meta(number.c_str()), &why).has_value());
+  EXPECT_THAT(why.toStdString(), HasSubstr("\"version\" must be a string such as \"1.0.0\", not a number"));
   std::string huge_abi = ok;
   huge_abi.replace(huge_abi.find(R"("major": )") + 9, std::to_string(abi.major).size(), "9223372036854775808");
   EXPECT_FALSE(checkPluginMetaData(meta(huge_abi.c_str()), &why).has_value());
@@ -209,7 +224,7 @@ TEST(PluginHost, RejectsEveryBadBundleWithItsReasonAndLeavesNothingRegistered) {
   EXPECT_THAT(env.row("libunlisted_rule.so").reason,
               HasSubstr("it registers a test_rule rule for core::neg in namespace 'core', which bundle.json lists "
                         "neither in \"defines\" nor in \"implements\""));
-  EXPECT_THAT(env.row("libcorrupt.so").reason, HasSubstr("not a Qt plugin"));
+  EXPECT_THAT(env.row("libcorrupt.so").reason, HasSubstr("it has no Qt plugin metadata"));
   for (const auto& b : env.store->bundles()) {
     if (b.state == "rejected") EXPECT_FALSE(b.reason.empty()) << b.path;
   }
@@ -345,7 +360,7 @@ TEST(PluginHost, ARefusedCopyOfABundleIsItsOwnRejectedRowAndTheGoodCopyLoads) {
     EXPECT_EQ(by_file["liba_mylib.so"].name, "liba_mylib.so");
     EXPECT_EQ(by_file["liba_mylib.so"].version, "");
     EXPECT_THAT(by_file["libjunk.so"].reason, HasSubstr("refused: the file is writable by group and others"));
-    EXPECT_THAT(by_file["libjunk.so"].reason, Not(HasSubstr("not a Qt plugin")));
+    EXPECT_THAT(by_file["libjunk.so"].reason, Not(HasSubstr("it has no Qt plugin metadata")));
     // The store's row for mylib's bytes is the loaded copy's.
     size_t mylib_rows = 0;
     for (const auto& b : env.store->bundles()) {

@@ -318,22 +318,22 @@ TEST(RegisterAutocast, ErrorsNameTheOpAndTheReason) {
   Library lib(Library::DEF, "actest_err");
   lib.def("f(Tensor a) -> Tensor");
   lib.impl("f", [](const Tensor& a) { return a; }, "cpu");
-  EXPECT_THAT(errorOf([] { modes::register_autocast("actest_err::nope", "cpu", ScalarType::Half); }),
+  EXPECT_THAT(errorOf([] { (void)modes::register_autocast("actest_err::nope", "cpu", ScalarType::Half); }),
               AllOf(HasSubstr("actest_err::nope"), HasSubstr("define it first")));
-  EXPECT_THAT(errorOf([] { modes::register_autocast("actest_err::f", "gpu", ScalarType::Half); }),
+  EXPECT_THAT(errorOf([] { (void)modes::register_autocast("actest_err::f", "gpu", ScalarType::Half); }),
               AllOf(HasSubstr("actest_err::f"), HasSubstr("'gpu'"), HasSubstr("cpu, cuda or privateuse1")));
-  EXPECT_THAT(errorOf([] { modes::register_autocast("actest_err::f", "meta", ScalarType::Half); }),
+  EXPECT_THAT(errorOf([] { (void)modes::register_autocast("actest_err::f", "meta", ScalarType::Half); }),
               AllOf(HasSubstr("actest_err::f"), HasSubstr("'meta'")));
-  EXPECT_THAT(errorOf([] { modes::register_autocast("actest_err::f", "cpu", ScalarType::Long); }),
+  EXPECT_THAT(errorOf([] { (void)modes::register_autocast("actest_err::f", "cpu", ScalarType::Long); }),
               AllOf(HasSubstr("actest_err::f"), HasSubstr("cast_inputs must be a floating-point dtype"),
                     HasSubstr("int64")));
-  EXPECT_THAT(errorOf([] { modes::register_autocast_policy("actest_err::f", "cpu", CastPolicy::fp32_set_opt_dtype); }),
+  EXPECT_THAT(errorOf([] { (void)modes::register_autocast_policy("actest_err::f", "cpu", CastPolicy::fp32_set_opt_dtype); }),
               AllOf(HasSubstr("actest_err::f"), HasSubstr("ScalarType? dtype")));
   EXPECT_THAT(errorOf([] { modes::parseCastPolicy("fp16"); }), AllOf(HasSubstr("'fp16'"), HasSubstr("promote")));
 
   // A second rule for the same (op, device), from the same owner: refused unless allow_override.
   RegistrationHandleRAII first = modes::register_autocast("actest_err::f", "cpu", ScalarType::Half);
-  EXPECT_THAT(errorOf([] { modes::register_autocast("actest_err::f", "cpu", ScalarType::BFloat16); }),
+  EXPECT_THAT(errorOf([] { (void)modes::register_autocast("actest_err::f", "cpu", ScalarType::BFloat16); }),
               AllOf(HasSubstr("actest_err::f"), HasSubstr("already has an autocast rule for cpu"),
                     HasSubstr("registered by 'user'"), HasSubstr("allow_override")));
   // Another device is another rule.
@@ -380,7 +380,7 @@ TEST(RegisterAutocast, ASecondOwnerIsRefusedNamingTheFirst) {
     first = modes::register_autocast("actest_owner::f", "cpu", ScalarType::Half);
   }
   RegistrationOwnerGuard owner("beta@2.0.0");
-  EXPECT_THAT(errorOf([] { modes::register_autocast("actest_owner::f", "cpu", ScalarType::BFloat16); }),
+  EXPECT_THAT(errorOf([] { (void)modes::register_autocast("actest_owner::f", "cpu", ScalarType::BFloat16); }),
               AllOf(HasSubstr("registered by 'alpha@1.0.0'"), HasSubstr("by 'beta@2.0.0'"), HasSubstr("is refused")));
 }
 
@@ -424,7 +424,7 @@ TEST(AutocastPolicies, AUserRuleOverridesACoreRuleAndGivesItBack) {
   // rule shadows the builtin one and the layer still initializes.
   RegistrationHandleRAII mine = modes::register_autocast_policy("core::exp", "cpu", CastPolicy::lower_precision_fp,
                                                                 /*allow_override=*/true);
-  EXPECT_THAT(errorOf([] { modes::register_autocast_policy("core::exp", "cpu", CastPolicy::fp32); }),
+  EXPECT_THAT(errorOf([] { (void)modes::register_autocast_policy("core::exp", "cpu", CastPolicy::fp32); }),
               AllOf(HasSubstr("core::exp already has an autocast rule for cpu"), HasSubstr("'user'")));
   AutocastGuard g(kCpu);
   EXPECT_EQ(ops::exp(ones({2})).dtype(), ScalarType::BFloat16);

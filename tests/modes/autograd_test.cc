@@ -535,6 +535,21 @@ TEST(RegisterAutograd, TheSeedsNumpyMulWithAKeywordOnlyArgument) {
   modes::assert_close(gx[0], ops::full({3}, 3.14, ScalarType::Float));
 }
 
+// (op, backward, lib), as register_fake and register_vmap take: nothing to save.
+TEST(RegisterAutograd, TheLibraryFormTakesNoSetupContext) {
+  Library lib(Library::DEF, "ag_libform");
+  lib.def("twice(Tensor a) -> Tensor");
+  lib.impl("twice", [](const Tensor& a) { return ops::mul(a.detach(), 2.0); }, DispatchKey::CompositeExplicitAutograd);
+  modes::register_autograd(
+      "ag_libform::twice",
+      [](modes::AutogradContext&, const std::vector<Tensor>& g) -> std::vector<IValue> { return {ops::mul(g[0], 2.0)}; },
+      lib);
+  const Tensor x = leaf({1, 2}, {2});
+  ops::sum(Dispatcher::singleton().findSchemaOrThrow("ag_libform::twice").typed<Tensor(const Tensor&)>().call(x))
+      .backward();
+  EXPECT_EQ(vals(x.grad()), (std::vector<float>{2, 2}));
+}
+
 TEST(RegisterAutograd, ErrorsNameTheOp) {
   Library lib(Library::DEF, "ag_errs");
   lib.def("inplace(Tensor(a!) x) -> ()");
@@ -544,10 +559,10 @@ TEST(RegisterAutograd, ErrorsNameTheOp) {
            DispatchKey::CompositeExplicitAutograd);
   lib.impl("noformula", [](const Tensor& a) { return ops::mul(a.detach(), 2.0); }, DispatchKey::CompositeExplicitAutograd);
   auto bw = [](modes::AutogradContext&, const std::vector<Tensor>& g) -> std::vector<IValue> { return {g[0]}; };
-  EXPECT_THAT(errorOf([&] { modes::register_autograd("ag_errs::inplace", bw); }),
+  EXPECT_THAT(errorOf([&] { (void)modes::register_autograd("ag_errs::inplace", bw); }),
               HasSubstr("cannot register an autograd formula for non-functional operator ag_errs::inplace"));
-  EXPECT_THAT(errorOf([&] { modes::register_autograd("ag_errs::missing", bw); }), HasSubstr("ag_errs::missing"));
-  EXPECT_THAT(errorOf([&] { modes::register_autograd("ag_errs::two", modes::BackwardFn{}); }),
+  EXPECT_THAT(errorOf([&] { (void)modes::register_autograd("ag_errs::missing", bw); }), HasSubstr("ag_errs::missing"));
+  EXPECT_THAT(errorOf([&] { (void)modes::register_autograd("ag_errs::two", modes::BackwardFn{}); }),
               HasSubstr("register_autograd(ag_errs::two): backward is empty"));
   // Backward returning one gradient for two inputs.
   auto h = modes::register_autograd("ag_errs::two", bw);
@@ -556,7 +571,7 @@ TEST(RegisterAutograd, ErrorsNameTheOp) {
   const Tensor b = leaf({3, 4}, {2});
   EXPECT_THAT(errorOf([&] { ops::sum(two.call(a, b)).backward(); }),
               HasSubstr("ag_errs::two: the backward formula returned 1 gradient(s), but the op has 2 positional input(s)"));
-  EXPECT_THAT(errorOf([&] { modes::register_autograd("ag_errs::two", bw); }), HasSubstr("already has an autograd formula"));
+  EXPECT_THAT(errorOf([&] { (void)modes::register_autograd("ag_errs::two", bw); }), HasSubstr("already has an autograd formula"));
   // A gradient of the wrong shape.
   auto h2 = modes::register_autograd(
       "ag_errs::two",
@@ -579,11 +594,11 @@ TEST(RegisterAutograd, ErrorsNameTheOp) {
   EXPECT_EQ(vals(a2.grad()), (std::vector<float>{3, 3}));
   // A keyword-only tensor argument would get no gradient: refused, naming it.
   lib.def("kwt(Tensor x, *, Tensor y) -> Tensor");
-  EXPECT_THAT(errorOf([&] { modes::register_autograd("ag_errs::kwt", bw); }),
+  EXPECT_THAT(errorOf([&] { (void)modes::register_autograd("ag_errs::kwt", bw); }),
               AllOf(HasSubstr("register_autograd(ag_errs::kwt)"), HasSubstr("keyword-only tensor argument 'y'")));
   // An op that returns nothing is not functional (PyTorch's is_functional_schema).
   lib.def("returns_nothing(Tensor x) -> ()");
-  EXPECT_THAT(errorOf([&] { modes::register_autograd("ag_errs::returns_nothing", bw); }),
+  EXPECT_THAT(errorOf([&] { (void)modes::register_autograd("ag_errs::returns_nothing", bw); }),
               HasSubstr("non-functional operator ag_errs::returns_nothing"));
   // No formula at all: the outputs require grad, the backward raises.
   const auto nf = Dispatcher::singleton().findSchemaOrThrow("ag_errs::noformula").typed<Tensor(const Tensor&)>();

@@ -250,17 +250,17 @@ TEST(RegisterFake, ErrorsNameTheOpAndTheReason) {
   lib.def("composite", [](const Tensor& x) { return ops::neg(x); });
   lib.impl("with_meta", [](const Tensor& x) { return x; }, "meta");
   auto same = [](const Tensor& x) { return ops::empty_like(x); };
-  EXPECT_THAT(errorOf([&] { modes::register_fake("fake_errs::nope", same); }),
+  EXPECT_THAT(errorOf([&] { (void)modes::register_fake("fake_errs::nope", same); }),
               AllOf(HasSubstr("register_fake(fake_errs::nope)"), HasSubstr("no operator named")));
-  EXPECT_THAT(errorOf([&] { modes::register_fake("fake_errs::with_meta", same); }),
+  EXPECT_THAT(errorOf([&] { (void)modes::register_fake("fake_errs::with_meta", same); }),
               AllOf(HasSubstr("fake_errs::with_meta already has a Meta kernel")));
-  EXPECT_THAT(errorOf([&] { modes::register_fake("fake_errs::composite", same); }),
+  EXPECT_THAT(errorOf([&] { (void)modes::register_fake("fake_errs::composite", same); }),
               AllOf(HasSubstr("fake_errs::composite has a CompositeImplicitAutograd kernel")));
-  EXPECT_THAT(errorOf([&] { modes::register_fake("fake_errs::a", [](const Tensor& x, int64_t) { return x; }); }),
+  EXPECT_THAT(errorOf([&] { (void)modes::register_fake("fake_errs::a", [](const Tensor& x, int64_t) { return x; }); }),
               HasSubstr("does not match the operator's schema"));
   {
     auto first = modes::register_fake("fake_errs::a", same);
-    EXPECT_THAT(errorOf([&] { modes::register_fake("fake_errs::a", same); }),
+    EXPECT_THAT(errorOf([&] { (void)modes::register_fake("fake_errs::a", same); }),
                 AllOf(HasSubstr("fake_errs::a already has a fake implementation"), HasSubstr("allow_override")));
     // allow_override replaces it; the replaced one comes back when the newer one goes.
     auto second = modes::register_fake("fake_errs::a", [](const Tensor& x) { return ops::sum(x); }, true);

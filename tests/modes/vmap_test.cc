@@ -809,7 +809,7 @@ TEST(RegisterVmap, ANonTensorOutputHasNoOutDim) {
                 })(rnd({3, 2}));
               }),
               HasSubstr("returned out_dim 0 for output 1, which is not a tensor (int); its out_dim must be None"));
-  EXPECT_THAT(errorOf([] { modes::register_vmap("vmapflag::flag", modes::VmapRule()); }),
+  EXPECT_THAT(errorOf([] { (void)modes::register_vmap("vmapflag::flag", modes::VmapRule()); }),
               HasSubstr("register_vmap(vmapflag::flag): the rule is empty"));
   EXPECT_THAT(errorOf([] { modes::get_unwrapped(rnd({2})); }),
               HasSubstr("get_unwrapped: the tensor is not a batched tensor"));
@@ -823,10 +823,10 @@ TEST(RegisterVmap, ASecondRuleNeedsAllowOverride) {
     RegistrationOwnerGuard owner("first_bundle@1.0.0");
     first = modes::register_vmap("vmapscale::scale", id);
   }
-  EXPECT_THAT(errorOf([&] { modes::register_vmap("vmapscale::scale", id); }),
+  EXPECT_THAT(errorOf([&] { (void)modes::register_vmap("vmapscale::scale", id); }),
               AllOf(HasSubstr("vmapscale::scale already has a batching rule, registered by 'first_bundle@1.0.0'"),
                     HasSubstr("Pass allow_override")));
-  EXPECT_THAT(errorOf([&] { modes::register_vmap("vmapscale::nope", id); }),
+  EXPECT_THAT(errorOf([&] { (void)modes::register_vmap("vmapscale::nope", id); }),
               HasSubstr("no operator named vmapscale::nope has a schema"));
   auto second = modes::register_vmap("vmapscale::scale", id, /*allow_override=*/true);
   EXPECT_THAT(dump("vmapscale::scale"), HasSubstr("vmap batching rule"));

@@ -231,7 +231,7 @@ TEST(RegisterVmapTyped, AnOpThatWritesItsArgumentsTakesTheBoxedForm) {
   Library def(Library::DEF, "vmaptypedw");
   def.def("scale_(Tensor(a!) x, Tensor y) -> Tensor(a!)");
   EXPECT_THAT(errorOf([] {
-                modes::register_vmap<Tensor(const Tensor&, const Tensor&)>(
+                (void)modes::register_vmap<Tensor(const Tensor&, const Tensor&)>(
                     "vmaptypedw::scale_",
                     [](const VmapInfo&, const Tensor& x, Dim d, const Tensor&, Dim) { return std::make_tuple(x, d); });
               }),
@@ -326,22 +326,22 @@ TEST(RegisterVmapTyped, TheRegistrationIsCheckedAndIsOneLikeAnyOther) {
   std::vector<Seen> seen;
   // Sig must be the op's: checked against the schema when the rule is registered.
   EXPECT_THAT(errorOf([&] {
-                modes::register_vmap<Tensor(const Tensor&, double)>(
+                (void)modes::register_vmap<Tensor(const Tensor&, double)>(
                     "vmaptyped::muladd",
                     [](const VmapInfo&, const Tensor& a, Dim d, double) { return std::make_tuple(a, d); });
               }),
               AllOf(HasSubstr("vmaptyped::muladd: the kernel for Batched"), HasSubstr("does not match the operator's schema")));
   using RulePtr = std::tuple<Tensor, Dim> (*)(const VmapInfo&, const Tensor&, Dim, const Tensor&, Dim, double);
-  EXPECT_THAT(errorOf([&] { modes::register_vmap<MulAddSig>("vmaptyped::muladd", RulePtr{nullptr}); }),
+  EXPECT_THAT(errorOf([&] { (void)modes::register_vmap<MulAddSig>("vmaptyped::muladd", RulePtr{nullptr}); }),
               HasSubstr("register_vmap<Sig>(vmaptyped::muladd): the rule is empty"));
   EXPECT_THAT(errorOf([&] {
-                modes::register_vmap<MulAddSig>(
+                (void)modes::register_vmap<MulAddSig>(
                     "vmaptyped::muladd",
                     std::function<std::tuple<Tensor, Dim>(const VmapInfo&, const Tensor&, Dim, const Tensor&, Dim,
                                                           double)>());
               }),
               HasSubstr("register_vmap<Sig>(vmaptyped::muladd): the rule is empty"));
-  EXPECT_THAT(errorOf([&] { modes::register_vmap<MulAddSig>("vmaptyped::nope", typedMulAdd(o, seen)); }),
+  EXPECT_THAT(errorOf([&] { (void)modes::register_vmap<MulAddSig>("vmaptyped::nope", typedMulAdd(o, seen)); }),
               HasSubstr("register_vmap<Sig>(vmaptyped::nope): no operator named vmaptyped::nope has a schema"));
   {
     // From a static initializer while a host loads a bundle (Note [Static
@@ -359,11 +359,11 @@ TEST(RegisterVmapTyped, TheRegistrationIsCheckedAndIsOneLikeAnyOther) {
     RegistrationOwnerGuard owner("first_bundle@1.0.0");
     first = modes::register_vmap<MulAddSig>("vmaptyped::muladd", typedMulAdd(o, seen));
   }
-  EXPECT_THAT(errorOf([&] { modes::register_vmap<MulAddSig>("vmaptyped::muladd", typedMulAdd(o, seen)); }),
+  EXPECT_THAT(errorOf([&] { (void)modes::register_vmap<MulAddSig>("vmaptyped::muladd", typedMulAdd(o, seen)); }),
               HasSubstr("vmaptyped::muladd already has a batching rule, registered by 'first_bundle@1.0.0'"));
   // A boxed rule for the same op is refused the same way.
   EXPECT_THAT(errorOf([&] {
-                modes::register_vmap("vmaptyped::muladd",
+                (void)modes::register_vmap("vmaptyped::muladd",
                                      [](const VmapInfo&, const InDims& d, Stack& a) { return VmapResult{{a[0]}, {d[0]}}; });
               }),
               HasSubstr("already has a batching rule"));

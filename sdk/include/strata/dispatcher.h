@@ -343,7 +343,9 @@ class STRATA_API RegistrationOwnerGuard {
 
 
 // Removes a registration when it dies. Move-only.
-class STRATA_API RegistrationHandleRAII {
+// [[nodiscard]]: a handle dropped undoes its registration at once, which is never
+// what a caller meant (STRATA_API written out: GCC takes no [[...]] after __attribute__).
+class [[nodiscard("a registration lasts as long as its handle: keep it (BundleRegistrar::keep, a member), or it is undone at once"), gnu::visibility("default")]] RegistrationHandleRAII {
  public:
   RegistrationHandleRAII() = default;
   explicit RegistrationHandleRAII(std::function<void()> on_destroy) : on_destroy_(std::move(on_destroy)) {}

@@ -269,6 +269,11 @@ STRATA_MODES_API void register_autograd(std::string_view op, BackwardFn backward
 STRATA_MODES_API void register_autograd(std::string_view op, BackwardFn backward, SetupContextKwFn setup_context,
                                         Library& lib, bool allow_override = false,
                                         std::source_location where = std::source_location::current());
+// With nothing to save: (op, backward, lib), as register_fake and register_vmap take.
+inline void register_autograd(std::string_view op, BackwardFn backward, Library& lib, bool allow_override = false,
+                              std::source_location where = std::source_location::current()) {
+  register_autograd(op, std::move(backward), SetupContextFn{}, lib, allow_override, where);
+}
 
 // --- gradcheck. ---
 

@@ -125,7 +125,7 @@ void implBumpingWrites(Library& lib, const std::string& op, F& fn, DispatchKey k
 }
 }  // namespace detail
 
-class STRATA_MODES_API CustomOpDef {
+class [[nodiscard("a custom op lasts as long as its CustomOpDef: keep it (BundleRegistrar::keep, a member), or the op is removed at once"), gnu::visibility("default")]] CustomOpDef {  // STRATA_MODES_API
  public:
   CustomOpDef(CustomOpDef&&) noexcept;
   CustomOpDef& operator=(CustomOpDef&&) noexcept;
