@@ -819,7 +819,11 @@ int runKernelCommand(const QStringList& args) {
         if (r.what == RegistrationInfo::What::Impl) keys.insert(toString(r.key));
       }
       for (const auto& r : store.registrations(op.str())) {
-        if (r.key != "def") keys.insert(r.key);
+        if (r.key == "def") continue;
+        try {  // a kernel's key; a rule's row (sample_inputs, a mode's rule) names no key
+          keys.insert(toString(parseDispatchKey(r.key)));
+        } catch (const std::exception&) {
+        }
       }
       if (!keys.empty() && keys.count(toString(key)) == 0) {
         QStringList have;
@@ -829,6 +833,30 @@ int runKernelCommand(const QStringList& args) {
                   (key == DispatchKey::Fake ? "; an op's fake implementation (register_fake) is its Meta kernel: "
                                               "toggle it with 'meta'"
                                             : "");
+      }
+    }
+    // A toggle to the state the kernel is in (with the same reason) changes nothing:
+    // said so, and nothing is written to the store or its audit log.
+    {
+      bool now_enabled = true;
+      std::string now_reason;
+      for (const auto& k : store.kernelStates()) {
+        if (k.op == op.str() && k.key == toString(key)) {
+          now_enabled = k.enabled;
+          now_reason = k.reason;
+        }
+      }
+      if (now_enabled == enable && now_reason == s(parser.value("reason"))) {
+        if (parser.isSet("json")) {
+          out << QJsonDocument(QJsonObject{{"op", q(op.str())}, {"key", toString(key)}, {"enabled", enable},
+                                           {"change", QJsonValue()}, {"not_applied_by", QJsonArray()}})
+                     .toJson(QJsonDocument::Compact)
+              << "\n";
+        } else {
+          out << q(op.str()) << " " << toString(key) << " is already " << (enable ? "enabled" : "disabled")
+              << "; nothing changed\n";
+        }
+        return kExitOk;
       }
     }
     // Said once recorded: a store that cannot take the change (locked, read-only) gets

@@ -913,6 +913,27 @@ TEST(AdminCommands, BadInputIsAClearErrorWithTheRightExitCode) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// A toggle to the state a kernel is already in (same reason) changes nothing: it says
+// so, and no audit row or change is written; a new reason is a change.
+TEST(AdminCommands, AToggleToTheStateAKernelIsInChangesNothing) {
+  char tmpl[] = "/tmp/strata-noop-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string db = " --db " + dir + "/s.db";
+  Result r = run("kernel enable core::add.Tensor cpu" + db);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("core::add.Tensor CPU is already enabled; nothing changed"));
+  ASSERT_EQ(run("kernel disable core::add.Tensor cpu --reason slow" + db).status, 0);
+  r = run("kernel disable core::add.Tensor cpu --reason slow" + db);
+  EXPECT_THAT(r.out, HasSubstr("is already disabled; nothing changed"));
+  r = run("kernel disable core::add.Tensor cpu --reason wrong" + db);
+  EXPECT_THAT(r.out, HasSubstr("disabled core::add.Tensor CPU (change"));
+  r = run("audit --json" + db);
+  size_t rows = 0;
+  for (size_t at = r.out.find("kernel."); at != std::string::npos; at = r.out.find("kernel.", at + 1)) ++rows;
+  EXPECT_EQ(rows, 2u) << r.out;  // the two disables, not the no-ops
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // `strata audit --verify`: the chain holds after honest changes, and an edit made with
 // the sqlite3 shell around the triggers is named by its row, exit code 1.
 TEST(AdminCommands, AuditVerifyFindsAnEditMadeWithTheSqliteShell) {
