@@ -95,7 +95,9 @@ QStringList waitForHosts(db::Store& store, int64_t change, double seconds) {
 // after SECS seconds (default 10) names the hosts that have not (exit 3; the change
 // stays recorded, and they apply it when they catch up). --wait promises that a host
 // applied it, so with no live host on the store (or no store at all, which it does
-// not create) nothing is recorded and the command exits 1 saying so.
+// not create) nothing is recorded and the command exits 1 saying so. A pin applied by
+// a host that then runs another version (the pinned one failed to load) is still
+// applied (exit 0), with a warning naming the host and why.
 
 // --wait [SECS]: takes SECS off the end of `pos` when it holds one more argument than
 // the command takes. False, and *why, when SECS is not a number of seconds.
@@ -693,6 +695,26 @@ int runPluginsCommand(const QStringList& args) {
     err << warning;
     QStringList behind;
     if (parser.isSet("wait")) behind = waitForHosts(store, change, wait_secs);
+    // A pin applied is not a pin that took: a host that applied it but runs another
+    // version (the pinned one failed to load, or is not there) says so, and why.
+    if (parser.isSet("wait") && action == "pin") {
+      std::map<std::string, bool> applied;  // live hosts that applied the change
+      for (const auto& h : store.hosts()) {
+        if (hostAlive(h, store) && h.last_applied >= change) applied[h.id] = false;
+      }
+      std::map<std::string, QString> why_not;
+      for (const auto& b : store.hostBundles()) {
+        if (!applied.count(b.host) || b.name != name) continue;
+        if (b.version == s(pos[1]) && b.state == "loaded") applied[b.host] = true;
+        else if (b.version == s(pos[1])) why_not[b.host] = q(b.state + (b.reason.empty() ? "" : ": " + b.reason));
+      }
+      for (const auto& [host, took] : applied) {
+        if (took) continue;
+        err << "warning: host " << q(host) << " applied the pin but does not run " << pos[0] << " " << pos[1] << " ("
+            << (why_not.count(host) ? why_not[host] : QString("that version is not in its plugin directory"))
+            << ")\n";
+      }
+    }
     if (parser.isSet("json")) {
       out << QJsonDocument(QJsonObject{{"action", action},
                                        {"bundle", pos[0]},

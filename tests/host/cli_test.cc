@@ -593,6 +593,29 @@ TEST(ServeEndToEnd, TwoIdleHostsOnOneStoreDoNotWakeEachOther) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// `plugins pin --wait` to a version that fails to load: applied by the host (exit 0),
+// with a warning naming the host, the version and why it does not run.
+TEST(ServeEndToEnd, APinToAVersionThatFailsSaysSoOnceApplied) {
+  char tmpl[] = "/tmp/strata-pinfail-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string plugins = dir + "/plugins", db = dir + "/s.db";
+  ASSERT_EQ(std::system(("mkdir -p " + plugins + " " + dir + "/a && cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_1_0.so " +
+                         STRATA_BUILD_DIR + "/tests/bundles/libmuladd_1_2_0_broken.so " + plugins)
+                            .c_str()),
+            0);
+  ServeProcess a(dir + "/a", plugins, db, "");
+  a.waitFor("ready.", 100);
+  const Result r = run("plugins pin muladd 1.2.0 --wait --db " + db);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("applied the pin but does not run muladd 1.2.0 (rejected: registration failed: muladd "
+                               "1.2.0 is broken)"));
+  const Result ok = run("plugins pin muladd 1.1.0 --wait --db " + db);
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  EXPECT_THAT(ok.out, Not(HasSubstr("does not run")));
+  EXPECT_EQ(a.stop(), 0);
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // The id a serve log names ("strata serve: host ID").
 std::string hostIdIn(const std::string& log) {
   const std::string mark = "strata serve: host ";
