@@ -140,11 +140,24 @@ QString noLiveHostToWaitFor(db::Store& store, const QString& path) {
          path + "', or leave out --wait to record the change for hosts that start later)";
 }
 
+// A reason of several lines (a signature mismatch names both signatures on lines of
+// their own) as indented lines; each line escaped as oneLine() escapes it.
+QString reasonLines(const std::string& reason) {
+  QStringList lines;
+  size_t from = 0;
+  for (size_t nl = reason.find('\n'); ; nl = reason.find('\n', from)) {
+    lines << oneLine(reason.substr(from, nl == std::string::npos ? std::string::npos : nl - from)).trimmed();
+    if (nl == std::string::npos) break;
+    from = nl + 1;
+  }
+  return lines.join("\n      ");
+}
+
 // "name     version  state      path\n    reason\n"
 QString bundleLine(const std::string& name, const std::string& version, const std::string& state,
                    const std::string& path, const std::string& reason) {
   return q(name).leftJustified(16) + " " + q(version).leftJustified(8) + " " + q(state).leftJustified(10) + " " +
-         q(path) + (reason.empty() ? "" : "\n    " + oneLine(reason)) + "\n";
+         q(path) + (reason.empty() ? "" : "\n    " + reasonLines(reason)) + "\n";
 }
 
 QJsonObject toJson(const db::HostBundleRow& b) {

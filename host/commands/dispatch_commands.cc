@@ -23,6 +23,27 @@ namespace strata::host {
 
 namespace {
 
+// Why an op is missing when a bundle in the plugin directory would define it: an
+// admin disabled that bundle, or it failed to load. "" when no bundle here defines
+// the op's namespace.
+std::string whyMissing(const Session& session, const OperatorName& op) {
+  if (!session.host) return "";
+  const std::string ns = op.name.substr(0, op.name.find("::"));
+  for (const db::HostBundleRow& row : session.host->view()) {
+    if (row.state != "disabled" && row.state != "rejected") continue;
+    const BundleFile f = readBundleFile(QString::fromStdString(row.path));
+    if (!f.metadata || !f.metadata->defines.contains(QString::fromStdString(ns))) continue;
+    if (row.state == "disabled") {
+      return " (" + row.reason + ", which defines namespace " + ns + "; `strata plugins enable " + row.name +
+             "` loads it again)";
+    }
+    return " (bundle " + row.name + "@" + row.version + ", which defines namespace " + ns +
+           ", was rejected: " + row.reason + ")";
+  }
+  return "";
+}
+
+
 QString q(const std::string& s) { return QString::fromStdString(s); }
 
 // --autocast DEVICE[:DTYPE]: "cpu", "cpu:bf16", "cuda:f16", "cuda:float16".
@@ -338,7 +359,7 @@ int runDumpCommand(const QStringList& args) {
     auto session = openSession(parser, true);
     const OperatorName name = parseOperatorName(op);
     STRATA_CHECK(Dispatcher::singleton().findOp(name).has_value(), NotImplemented, "no operator named ", name.str(),
-                 didYouMean(name.str(), liveOperatorNames()));
+                 whyMissing(*session, name), didYouMean(name.str(), liveOperatorNames()));
     if (parser.isSet("json")) {
       out << QJsonDocument(opJson(name, true)).toJson(QJsonDocument::Indented);
     } else {
@@ -569,7 +590,7 @@ int runCallCommand(const QStringList& args) {
     }
     if (candidates.empty()) {
       STRATA_CHECK(Dispatcher::singleton().findOp(wanted).has_value(), NotImplemented, "no operator named ",
-                   wanted.str(), didYouMean(wanted.str(), liveOperatorNames()));
+                   wanted.str(), whyMissing(*session, wanted), didYouMean(wanted.str(), liveOperatorNames()));
       Dispatcher::singleton().findSchemaOrThrow(op_text);  // kernels but no schema: its own error
     }
     std::optional<OperatorHandle> chosen;

@@ -957,6 +957,21 @@ TEST(AdminCommands, AToggleToTheStateAKernelIsInChangesNothing) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// An op of a bundle an admin disabled is missing, and the error says why.
+TEST(AdminCommands, AnOpOfADisabledBundleIsMissingAndTheErrorSaysWhy) {
+  char tmpl[] = "/tmp/strata-disabled-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  ASSERT_EQ(std::system(("mkdir -p " + dir + "/p && cp " STRATA_PLUGIN_BUILD_DIR "/libmylib.so " + dir + "/p").c_str()),
+            0);
+  const std::string args = " --plugins " + dir + "/p --db " + dir + "/s.db";
+  ASSERT_EQ(run("plugins disable mylib --reason 'wrong on AVX-512' --db " + dir + "/s.db").status, 0);
+  const Result r = run("call mylib::sin 'ones(2)'" + args);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("no operator named mylib::sin (an admin disabled bundle mylib: wrong on AVX-512, which "
+                               "defines namespace mylib; `strata plugins enable mylib` loads it again)"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // `strata audit --verify`: the chain holds after honest changes, and an edit made with
 // the sqlite3 shell around the triggers is named by its row, exit code 1.
 TEST(AdminCommands, AuditVerifyFindsAnEditMadeWithTheSqliteShell) {
