@@ -225,7 +225,10 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
       }
     }
     // An integer dtype takes only values it can hold, as torch.tensor([300],
-    // dtype=torch.uint8) refuses (floats round toward zero first; bools always fit).
+    // dtype=torch.uint8) refuses (c10::checked_convert): a float as it is, not rounded
+    // (-0.5 and 255.5 do not fit uint8; NaN and the infinities fit no integer); an
+    // integer in the type's range, or for uint8 down to -255, which wraps as PyTorch's
+    // does; bools always fit.
     if (dtype && (*dtype == kUInt8 || *dtype == kInt8 || *dtype == kInt32 || *dtype == kInt64)) {
       const auto [lo, hi] = *dtype == kUInt8  ? std::pair<int64_t, int64_t>{0, 255}
                             : *dtype == kInt8  ? std::pair<int64_t, int64_t>{-128, 127}
@@ -235,10 +238,11 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
         const std::string_view leaf = n.leaves[i];
         bool fits = true;
         if (auto v = asInt(leaf)) {
-          fits = *v >= lo && *v <= hi;
+          fits = *v <= hi && (*v >= lo || (*dtype == kUInt8 && *v >= -255));
         } else if (!asBool(leaf)) {
-          const double d = std::trunc(values[i]);  // NaN and the infinities fit no integer
-          fits = d >= static_cast<double>(lo) && d < static_cast<double>(hi) + 1.0;
+          const double d = values[i];
+          fits = d >= static_cast<double>(lo) && d < static_cast<double>(hi) + 1.0 &&
+                 (*dtype == kInt64 || d <= static_cast<double>(hi));  // int64's max is not a double
         }
         STRATA_CHECK(fits, Value, "'", shortened(whole), "': value ", leaf, " cannot be converted to type ",
                      toString(*dtype), " without overflow");

@@ -1068,8 +1068,10 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
     // Per process, not per host: a library's static initializers run once in it.
     static std::mutex statics_mu;
     static std::map<QString, StaticRegistrations> statics_by_sha;
-    // A library whose static initializers threw is never loaded again in this
-    // process: they ran part way, and do not run again.
+    // A static initializer that throws: C++ makes that std::terminate. GCC's code
+    // unwinds out of the dynamic loader instead, and the host catches it as a last
+    // resort (the loader may leak what it held); such a library is never loaded again
+    // in this process, its initializers having run part way.
     static std::map<QString, QString> threw_by_sha;
     std::lock_guard<std::mutex> lock(statics_mu);
     if (auto t = threw_by_sha.find(f.sha256); t != threw_by_sha.end()) return reject(t->second);
@@ -1125,6 +1127,7 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
     RegistrationBatch batch;
     RegistrationOwnerGuard owner(registrar->owner());
     try {
+      detail::refixTypedSignatures(registrar->owner());  // Note [Who keeps a typed signature]
       registrar->runStaticBlocks(statics.blocks);
       bundle->registerAll(*registrar);
       for (const auto& [kind, ns] : registrar->libraryNamespaces()) {

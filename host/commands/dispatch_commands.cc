@@ -31,6 +31,9 @@ std::string whyMissing(const Session& session, const OperatorName& op) {
   const std::string ns = op.name.substr(0, op.name.find("::"));
   for (const db::HostBundleRow& row : session.host->view()) {
     if (row.state != "disabled" && row.state != "rejected") continue;
+    // Only a file whose metadata the host read (it has a version): one refused before
+    // that (a FIFO, an insecure or untrusted file) is never parsed (Note [Plugin trust]).
+    if (row.version.empty()) continue;
     const BundleFile f = readBundleFile(QString::fromStdString(row.path));
     if (!f.metadata || !f.metadata->defines.contains(QString::fromStdString(ns))) continue;
     if (row.state == "disabled") {

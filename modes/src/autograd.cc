@@ -153,6 +153,22 @@ bool nonOverlappingAndDense(const Tensor& t) {
   return true;
 }
 
+// No two elements share memory (a strided slice, not an expanded tensor): innermost
+// dim first, each stride past everything the dims inside it reach.
+bool nonOverlapping(const Tensor& t) {
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.push_back(d);
+  }
+  std::sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return t.stride(a) < t.stride(b); });
+  int64_t reach = 0;  // the largest offset the dims so far reach
+  for (int64_t d : dims) {
+    if (t.stride(d) <= reach) return false;
+    reach += (t.size(d) - 1) * t.stride(d);
+  }
+  return true;
+}
+
 bool obeysLayoutContract(const Tensor& grad, const Tensor& variable) {
   if (!nonOverlappingAndDense(variable)) return grad.is_contiguous();
   for (int64_t d = 0; d < grad.dim(); ++d) {
@@ -189,7 +205,7 @@ class AccumulateGrad final : public Node {
     // it); readers of .grad take only `mu`.
     std::lock_guard<std::mutex> acc(m.accumulate_mu);
     Tensor old = m.grad();
-    if (old.defined() && !is_grad_enabled() && nonOverlappingAndDense(old)) {
+    if (old.defined() && !is_grad_enabled() && nonOverlapping(old)) {
       // Into .grad itself, as PyTorch's `variable_grad += new_grad`: a reference to
       // .grad taken before (an optimizer's, set_grad's buffer) sees the sum. A .grad
       // set to an overlapping layout (an expanded tensor) is summed out of place.

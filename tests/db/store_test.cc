@@ -212,7 +212,10 @@ TEST(Store, SpecialFilesAreRefusedAndSQLitesSpecialNamesAreFileNames) {
   if (std::filesystem::exists("/dev/null")) {
     EXPECT_THAT(errorOf([] { Store s("/dev/null"); }), HasSubstr("/dev/null: a character device, not a store file"));
   }
-  const auto cwd = std::filesystem::current_path();
+  struct Cwd {  // back where it was however the test ends
+    std::filesystem::path was = std::filesystem::current_path();
+    ~Cwd() { std::filesystem::current_path(was); }
+  } cwd;
   std::filesystem::current_path(d.path);
   for (const char* name : {"file:u.db", ":memory:"}) {
     {
@@ -227,7 +230,6 @@ TEST(Store, SpecialFilesAreRefusedAndSQLitesSpecialNamesAreFileNames) {
   for (const auto& e : std::filesystem::directory_iterator(d.path)) left.push_back(e.path().filename().string());
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{":memory:", "fifo.db", "file:u.db"}));  // no temporary left behind
-  std::filesystem::current_path(cwd);
 }
 
 // A file shorter than its header says is truncated, unless it grows to its size soon:

@@ -521,6 +521,41 @@ TEST(Signatures, ABundlesTypedHandlesGoWithItsRegistrations) {
               AllOf(HasSubstr("mismatch in kernel C++ signatures"), HasSubstr("by 'user'")));
 }
 
+// A bundle loaded again fixes the typed signatures it fixed before (its statics may
+// still hold the handles), and its load is refused when one no longer holds.
+TEST(Signatures, ABundleLoadedAgainFixesItsTypedSignaturesAgain) {
+  auto define = [](bool with_float) {
+    auto lib = std::make_unique<Library>(Library::DEF, "sig4");
+    if (with_float) {
+      lib->def("f(Tensor x, float y) -> Tensor");
+      lib->impl("f", [](const Tensor& x, double) { return x; }, DispatchKey::CPU);
+    } else {
+      lib->def("f(Tensor x, int y) -> Tensor");
+      lib->impl("f", [](const Tensor& x, int64_t) { return x; }, DispatchKey::CPU);
+    }
+    return lib;
+  };
+  auto a = define(true);
+  {
+    BundleRegistrar b("sig4user", "1.0.0");
+    RegistrationOwnerGuard owner(b.owner());
+    (void)op("sig4::f").typed<Tensor(const Tensor&, double)>();
+    b.clear();
+  }
+  a.reset();
+  a = define(false);  // the definer changed the signature meanwhile
+  EXPECT_THAT(errorOf([] { detail::refixTypedSignatures("sig4user@1.0.0"); }),
+              AllOf(HasSubstr("sig4::f: sig4user@1.0.0 made a typed<"), HasSubstr("when it was loaded before")));
+  a.reset();
+  a = define(true);  // back: the bundle loads, and its signature holds again
+  EXPECT_NO_THROW(detail::refixTypedSignatures("sig4user@1.0.0"));
+  a.reset();
+  Library other(Library::DEF, "sig4");
+  other.def("f(Tensor x, int y) -> Tensor");
+  EXPECT_THAT(errorOf([&] { other.impl("f", [](const Tensor& x, int64_t) { return x; }, DispatchKey::CPU); }),
+              HasSubstr("by 'sig4user@1.0.0'"));
+}
+
 TEST(ArgumentChecks, BoxedCallsCheckCountAndTypesAndFillDefaults) {
   Library lib(Library::DEF, "mylib");
   lib.def("foo(Tensor a, Tensor b, float c, int d=3, *, str mode=\"x\") -> Tensor");

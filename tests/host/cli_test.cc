@@ -386,14 +386,17 @@ TEST(CliCallTest, BadArgumentsAreClearErrors) {
     EXPECT_THAT(r.out, HasSubstr("a ragged nested list (numbers and lists at the same depth)")) << ragged;
   }
   // An integer dtype takes only the values it holds, as torch.tensor's does.
-  for (const char* lit : {"'[300]:u8'", "'[-1.5]:u8'", "'[1e10]:i32'", "'[nan]:i64'", "'[1,128]:i8'"}) {
+  for (const char* lit : {"'[300]:u8'", "'[-0.5]:u8'", "'[255.5]:u8'", "'[-256]:u8'", "'[1e10]:i32'", "'[nan]:i64'",
+                          "'[inf]:i32'", "'[1,128]:i8'"}) {
     r = run(std::string("call core::clone ") + lit);
     EXPECT_EQ(r.status, 1) << lit << ": " << r.out;
     EXPECT_THAT(r.out, HasSubstr("without overflow")) << lit;
   }
-  r = run("call core::clone '[255,-0.5,true]:u8'");
+  r = run("call core::clone '[255,-1,true]:u8'");  // -1 wraps, as PyTorch's uint8 lets it
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(r.out, "tensor([255,   0,   1], dtype=uint8)\n");
+  EXPECT_EQ(r.out, "tensor([255, 255,   1], dtype=uint8)\n");
+  r = run("call core::clone '[2.5,0.5]:u8'");  // a float in range rounds toward 0
+  EXPECT_EQ(r.out, "tensor([2, 0], dtype=uint8)\n");
   r = run("call core::clone '[[],[]]'");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out, "tensor([], size=(2, 0))\n");

@@ -736,10 +736,11 @@ TEST(PluginHost, CallsOnAnotherThreadSeeNoGapWhileVersionsSwap) {
   EXPECT_EQ(failures.load(), 0) << first_failure;
 }
 
-// A library that fails as it loads, where the bundle's own code runs before any
-// registration (its static initializers throw, a std::exception or not; it needs a
-// symbol no library defines), is rejected with the reason, and the version that ran
-// before stays, its dependents with it; nothing aborts the host.
+// A library that fails as it loads because it needs a symbol no library defines is
+// rejected with the reason (every symbol is bound at load), and the version that ran
+// before stays, its dependents with it; nothing aborts the host. (A static
+// initializer that throws is not tested: C++ makes that std::terminate, and what GCC
+// does instead, unwinding out of the dynamic loader, leaks the loader's state.)
 TEST(PluginHost, ALibraryThatFailsAsItLoadsIsRejectedAndTheRunningVersionStays) {
   Env env;
   env.add(plugin("muladd_1_1_0"));
@@ -751,8 +752,6 @@ TEST(PluginHost, ALibraryThatFailsAsItLoadsIsRejectedAndTheRunningVersionStays) 
     const char* bundle;
     const char* why;
   } cases[] = {
-      {"static_init_throws", "its static initializers threw: the static initializer gave up"},
-      {"static_init_throws_int", "its static initializers threw an exception that is not a std::exception"},
       {"undefined_symbol", "strata_test_no_such_function"},
   };
   for (const auto& c : cases) {
@@ -765,12 +764,6 @@ TEST(PluginHost, ALibraryThatFailsAsItLoadsIsRejectedAndTheRunningVersionStays) 
     EXPECT_EQ(env.row(file).state, "rejected") << c.bundle;
     EXPECT_THAT(env.row(file).reason, HasSubstr(c.why)) << c.bundle;
   }
-  // An admin's enable tries the files again: the one whose initializers threw is
-  // refused at once (they ran part way and never run again in this process).
-  env.store->setBundleDisabled("muladd", false, "", "ann");
-  host.sync();
-  EXPECT_EQ(host.loaded().at("muladd").version, "1.1.0");
-  EXPECT_THAT(env.row("libstatic_init_throws.so").reason, HasSubstr("not loaded again until the host restarts"));
 }
 
 // A host that starts with a broken newest version loads the next one in its first pass.

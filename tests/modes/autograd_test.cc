@@ -276,6 +276,12 @@ TEST(Autograd, GradTakesTheLayoutOfADenseLeaf) {
   s.set_requires_grad(true);
   ops::sum(ops::mul(s, 2.0)).backward();
   EXPECT_THAT(s.grad().strides(), ElementsAre(3, 1));
+  // A .grad set to a strided slice (not dense, not overlapping) is summed into itself.
+  const Tensor buffer = ops::zeros({4, 3});
+  s.set_grad(buffer.slice(0, 0, 4, 2));
+  ops::sum(ops::mul(s, 2.0)).backward();
+  EXPECT_TRUE(s.grad().is_alias_of(buffer));
+  EXPECT_EQ(vals(buffer), (std::vector<float>{2, 2, 2, 0, 0, 0, 2, 2, 2, 0, 0, 0}));
 }
 
 // matmul saves each operand only for the other's gradient: a weight that needs none,

@@ -153,25 +153,25 @@ TEST(CustomOp, RegisterFakeAndRegisterVmapWorkOnTheOp) {
 
 TEST(CustomOp, ErrorsNameTheOpAndTheReason) {
   auto id = [](const Tensor& x) { return x.clone(); };
-  EXPECT_THAT(errorOf([&] { custom_op("cop_err::f", id, {}, {}); }),
+  EXPECT_THAT(errorOf([&] { (void)custom_op("cop_err::f", id, {}, {}); }),
               AllOf(HasSubstr("custom_op(cop_err::f)"), HasSubstr("1 argument(s) but 0 name(s)")));
-  EXPECT_THAT(errorOf([&] { custom_op("cop_err::f", id, {"1x"}, {}); }), HasSubstr("'1x' is not an identifier"));
-  EXPECT_THAT(errorOf([&] { custom_op("cop_err::f", id, {"x"}, {"y"}); }),
+  EXPECT_THAT(errorOf([&] { (void)custom_op("cop_err::f", id, {"1x"}, {}); }), HasSubstr("'1x' is not an identifier"));
+  EXPECT_THAT(errorOf([&] { (void)custom_op("cop_err::f", id, {"x"}, {"y"}); }),
               HasSubstr("mutates_args names 'y', which is not an argument"));
-  EXPECT_THAT(errorOf([&] { custom_op("cop_err::f", id, {"x"}, {"x"}); }),
+  EXPECT_THAT(errorOf([&] { (void)custom_op("cop_err::f", id, {"x"}, {"x"}); }),
               AllOf(HasSubstr("mutates_args names 'x'"), HasSubstr("take it as Tensor&")));
-  EXPECT_THAT(errorOf([&] { custom_op("cop_err::g", [](Tensor& x) { return x; }, {"x"}, {}); }),
+  EXPECT_THAT(errorOf([&] { (void)custom_op("cop_err::g", [](Tensor& x) { return x; }, {"x"}, {}); }),
               AllOf(HasSubstr("custom_op(cop_err::g)"), HasSubstr("mutates_args does not name it")));
-  EXPECT_THAT(errorOf([&] { custom_op("cop_err::nodev", [](int64_t n) { return ones({n}); }, {"n"}, {}, {"cpu"}); }),
+  EXPECT_THAT(errorOf([&] { (void)custom_op("cop_err::nodev", [](int64_t n) { return ones({n}); }, {"n"}, {}, {"cpu"}); }),
               AllOf(HasSubstr("custom_op(cop_err::nodev): it takes no tensor"), HasSubstr("needs a Device argument")));
   EXPECT_FALSE(Dispatcher::singleton().findOp(parseOperatorName("cop_err::nodev")).has_value());
-  EXPECT_THAT(errorOf([&] { custom_op("cop_err::f", id, {"x"}, {}, {"tpu"}); }),
+  EXPECT_THAT(errorOf([&] { (void)custom_op("cop_err::f", id, {"x"}, {}, {"tpu"}); }),
               AllOf(HasSubstr("custom_op(cop_err::f)"), HasSubstr("unknown device type 'tpu'")));
-  EXPECT_THAT(errorOf([&] { custom_op("noseparator", id, {"x"}, {}); }), HasSubstr("noseparator"));
-  EXPECT_THAT(errorOf([&] { custom_op("cop_err::f", id, {}, {}, {}, "Tensor x -> Tensor"); }),
+  EXPECT_THAT(errorOf([&] { (void)custom_op("noseparator", id, {"x"}, {}); }), HasSubstr("noseparator"));
+  EXPECT_THAT(errorOf([&] { (void)custom_op("cop_err::f", id, {}, {}, {}, "Tensor x -> Tensor"); }),
               AllOf(HasSubstr("cop_err::f"), HasSubstr("invalid schema")));
   auto first = custom_op("cop_err::twice", id, {"x"}, {});
-  EXPECT_THAT(errorOf([&] { custom_op("cop_err::twice", id, {"x"}, {}); }),
+  EXPECT_THAT(errorOf([&] { (void)custom_op("cop_err::twice", id, {"x"}, {}); }),
               HasSubstr("cop_err::twice"));
   EXPECT_THAT(errorOf([&] { first.register_kernel({"gpu"}, id); }), HasSubstr("unknown device type 'gpu'"));
   // Nothing half-made stays behind: the refused defs left no operator.
@@ -273,17 +273,17 @@ TEST(CustomOp, MutableAndKeySetKernelsAreTakenAsBefore) {
 // A schema given must agree with mutates_args, and a custom op's tensors are positional.
 TEST(CustomOp, ASchemaGivenMustAgreeWithMutatesArgs) {
   auto fill = [](const Tensor& x) { x.fill_(1.0); };
-  EXPECT_THAT(errorOf([&] { custom_op("cop_agree::a", fill, {"x"}, {}, {}, "(Tensor(a!) x) -> ()"); }),
+  EXPECT_THAT(errorOf([&] { (void)custom_op("cop_agree::a", fill, {"x"}, {}, {}, "(Tensor(a!) x) -> ()"); }),
               AllOf(HasSubstr("custom_op(cop_agree::a)"), HasSubstr("writes {x} (Tensor(a!)), but mutates_args names {}")));
-  EXPECT_THAT(errorOf([&] { custom_op("cop_agree::b", [](Tensor& x) { x.fill_(1.0); }, {"x"}, {"x"}, {}, "(Tensor x) -> ()"); }),
+  EXPECT_THAT(errorOf([&] { (void)custom_op("cop_agree::b", [](Tensor& x) { x.fill_(1.0); }, {"x"}, {"x"}, {}, "(Tensor x) -> ()"); }),
               HasSubstr("writes {} (Tensor(a!)), but mutates_args names {x}"));
   EXPECT_THAT(errorOf([&] {
-                custom_op("cop_agree::c", [](const Tensor& x) { return x.clone(); }, {"x"}, {"nope"}, {},
+                (void)custom_op("cop_agree::c", [](const Tensor& x) { return x.clone(); }, {"x"}, {"nope"}, {},
                           "(Tensor x) -> Tensor");
               }),
               HasSubstr("mutates_args names 'nope', which is not an argument of the schema"));
   EXPECT_THAT(errorOf([&] {
-                custom_op("cop_agree::kw", [](const Tensor& x, const Tensor& y) { return ops::mul(x, y); }, {}, {}, {},
+                (void)custom_op("cop_agree::kw", [](const Tensor& x, const Tensor& y) { return ops::mul(x, y); }, {}, {}, {},
                           "(Tensor x, *, Tensor y) -> Tensor");
               }),
               HasSubstr("argument 'y' (Tensor) is keyword-only; a custom op's tensor arguments must be positional"));

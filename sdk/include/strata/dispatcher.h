@@ -380,6 +380,9 @@ STRATA_API RegistrationHandleRAII refuseStaticRegistration(std::string what);
 // A bundle's registrations were dropped: the typed signatures only its typed<>()
 // calls kept are let go (Note [Who keeps a typed signature]). BundleRegistrar calls it.
 void releaseTypedSignatures(const std::string& owner);
+// Before that bundle registers again (its library stayed mapped, and its statics may
+// hold typed handles): those signatures again, or Error(Schema) when one no longer holds.
+STRATA_API void refixTypedSignatures(const std::string& owner);
 // Lifts the capture on this thread while alive: for the lazy initializers of Strata's
 // own layers (builtin fallbacks), which may first run inside a bundle's load.
 class STRATA_API SuspendStaticCapture {
@@ -537,6 +540,7 @@ class STRATA_API Dispatcher {
   friend class KernelHandle;
   friend class RegistrationBatch;
   friend void detail::releaseTypedSignatures(const std::string& owner);
+  friend void detail::refixTypedSignatures(const std::string& owner);
 };
 
 // Note [Registration batches]

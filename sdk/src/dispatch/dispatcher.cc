@@ -382,6 +382,8 @@ struct Dispatcher::Impl {
   std::vector<std::unique_ptr<Library>> builtins;  // owner "builtin"; see registerBuiltins
   // The ops each owner made a typed handle of (Note [Who keeps a typed signature]).
   std::unordered_map<std::string, std::vector<OperatorEntry*>> typed_by_owner;
+  // What an owner's unload let go, fixed again when it loads again (refixTypedSignatures).
+  std::unordered_map<std::string, std::vector<std::pair<OperatorEntry*, CppSignature>>> released_typed;
 
   // Note [Lock-free operator lookup]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -1453,7 +1455,11 @@ void OperatorHandle::checkTypedSignature(const CppSignature& sig, const Function
   Dispatcher& d = Dispatcher::singleton();
   std::lock_guard<std::mutex> lock(d.impl_->mu);
   OperatorEntry& e = *entry_;
-  if (const OperatorInfo* info = Dispatcher::Impl::definedInfo(e)) {
+  // The batch's own thread checks against the def it has staged; another thread
+  // against the schema its calls see.
+  const OperatorInfo* checked_against =
+      d.impl_->inBatch() ? Dispatcher::Impl::definedInfo(e) : e.info.load(std::memory_order_relaxed);
+  if (const OperatorInfo* info = checked_against) {
     const std::string diff = schemaDifference(info->schema, inferred);
     STRATA_CHECK(diff.empty(), Schema, e.qualified, ": typed<", sig.name(), ">() does not match the schema: ", diff,
                  ".\n  schema:          ", info->schema.str(), "\n  typed signature: ", inferred.signatureStr());
@@ -1479,7 +1485,9 @@ void releaseTypedSignatures(const std::string& owner) {
   std::lock_guard<std::mutex> lock(d.impl_->mu);
   auto it = d.impl_->typed_by_owner.find(owner);
   if (it == d.impl_->typed_by_owner.end()) return;
+  auto& kept = d.impl_->released_typed[owner];
   for (OperatorEntry* e : it->second) {
+    if (e->typed_signature) kept.emplace_back(e, *e->typed_signature);
     std::erase(e->typed_owners, owner);
     if (e->typed_owners.empty()) {
       e->typed_signature.reset();
@@ -1489,6 +1497,35 @@ void releaseTypedSignatures(const std::string& owner) {
     }
   }
   d.impl_->typed_by_owner.erase(it);
+}
+
+// A bundle's library stays mapped once loaded, its statics with it: a handle a
+// kernel keeps in a function-local static (`static auto h = ...typed<S>()`) outlives
+// an unload, and loaded again the code never calls typed<>() again. So the
+// signatures its owner fixed before are fixed again before it registers, and a load
+// where one of them no longer holds is refused.
+void refixTypedSignatures(const std::string& owner) {
+  Dispatcher& d = Dispatcher::singleton();
+  std::lock_guard<std::mutex> lock(d.impl_->mu);
+  auto it = d.impl_->released_typed.find(owner);
+  if (it == d.impl_->released_typed.end()) return;
+  for (const auto& [e, sig] : it->second) {
+    if (auto current = d.impl_->currentSignature(*e); current && !(current->first == sig)) {
+      STRATA_FAIL(Schema, e->qualified, ": ", owner, " made a typed<", sig.name(), ">() handle of it when it was "
+                  "loaded before, and its code may still call through it, but the operator's C++ signature is now ",
+                  current->first.name(), " (from ", current->second, "); a bundle built against the new signature "
+                  "loads under another version, or in a new process");
+    }
+  }
+  for (const auto& [e, sig] : it->second) {
+    if (!e->typed_signature) e->typed_signature = sig;
+    if (std::find(e->typed_owners.begin(), e->typed_owners.end(), owner) == e->typed_owners.end()) {
+      e->typed_owners.push_back(owner);
+      d.impl_->typed_by_owner[owner].push_back(e);
+      e->typed_signature_from = typedFrom(e->typed_owners);
+    }
+  }
+  d.impl_->released_typed.erase(it);
 }
 }  // namespace detail
 

@@ -125,7 +125,10 @@ class OperatorEntry {
   // that made one may still hold it: an owner that is a bundle lets go when the
   // bundle's registrations are dropped (its code, and so its handles, go with them;
   // detail::releaseTypedSignatures); any other owner ("user", "builtin") keeps it for
-  // the process's life.
+  // the process's life. A bundle loaded again fixes its signatures again before it
+  // registers (detail::refixTypedSignatures): its statics may still hold handles.
+  // Left open: a kernel of the old version still running when a swap that changes
+  // the signature is published could call through its old handle.
   std::optional<CppSignature> typed_signature;
   std::string typed_signature_from;
   std::vector<std::string> typed_owners;

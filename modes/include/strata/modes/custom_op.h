@@ -202,7 +202,7 @@ namespace detail {
 template <typename Sig>
 class TypedCustomOpDef;
 template <typename Return, typename... Args>
-class TypedCustomOpDef<Return(Args...)> final : public CustomOpDef {
+class [[nodiscard("a custom op lasts as long as its CustomOpDef: keep it (BundleRegistrar::keep, a member), or the op is removed at once")]] TypedCustomOpDef<Return(Args...)> final : public CustomOpDef {
  public:
   TypedCustomOpDef(std::string name, std::unique_ptr<Library> lib) : CustomOpDef(std::move(name), std::move(lib)) {
     // In a bundle's static initializer the def was refused (Note [Static registrations
