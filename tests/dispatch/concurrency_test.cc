@@ -1,5 +1,6 @@
 // Calls on several threads while another thread registers, deregisters and toggles.
 // Run under ThreadSanitizer by the TSan job (ctest -L concurrency in build-tsan).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "strata/strata.h"
+#include "test_util.h"
 
 namespace strata {
 namespace {
@@ -116,6 +118,69 @@ TEST(Concurrency, TlsSetsAreThreadLocal) {
   std::thread([&] { other_has = tls_local_dispatch_key_set().included.has(DispatchKey::AutocastCPU); }).join();
   EXPECT_FALSE(other_has);
   EXPECT_TRUE(tls_local_dispatch_key_set().included.has(DispatchKey::AutocastCPU));
+}
+
+// Note [Registration batches]: a batch that takes a def down and puts it up again (a
+// bundle's next version) never shows another thread the op missing; its schema,
+// kernels and rules change at the batch's end. A def with another schema shows the
+// new schema with no kernel until its own kernels come, never the old kernel.
+TEST(Concurrency, ABatchSwapsAnOpsDefinitionWithoutAGap) {
+  struct Probe {};
+  auto callFrom = [](std::vector<IValue> args) {  // on another thread, as a caller would
+    std::string out;
+    std::thread([&] {
+      try {
+        Stack s;
+        for (auto& a : args) s.push_back(a);
+        Dispatcher::singleton().findSchemaOrThrow("swapns::f").callBoxed(s);
+        out = std::to_string(static_cast<int>(s[0].toTensor().item().toDouble()));
+      } catch (const Error& e) {
+        out = e.what();
+      }
+    }).join();
+    return out;
+  };
+  auto ruleSeen = [] {
+    bool seen = false;
+    std::thread([&] { seen = Dispatcher::singleton().findSchemaOrThrow("swapns::f").findRule("swap_rule", typeid(Probe)) != nullptr; }).join();
+    return seen;
+  };
+  auto version = [](double v) {
+    auto lib = std::make_unique<Library>(Library::DEF, "swapns");
+    lib->def("f(Tensor x) -> Tensor");
+    lib->impl("f", [v](const Tensor&) -> Tensor { return full({1}, v); }, DispatchKey::CPU);
+    return lib;
+  };
+  auto v1 = version(1);
+  auto rule = Dispatcher::singleton().registerRule(parseOperatorName("swapns::f"), "swap_rule", typeid(Probe),
+                                                   std::make_shared<int>(1), {"test", "a rule"});
+  ASSERT_EQ(callFrom({ones({1})}), "1");
+  std::unique_ptr<Library> v2;
+  {
+    RegistrationBatch batch;
+    v1.reset();
+    rule = {};
+    EXPECT_EQ(callFrom({ones({1})}), "1");  // the old def, kernel and rule stay up
+    EXPECT_TRUE(ruleSeen());
+    v2 = version(2);
+    EXPECT_EQ(callFrom({ones({1})}), "1");
+    EXPECT_TRUE(ruleSeen());
+  }
+  EXPECT_EQ(callFrom({ones({1})}), "2");
+  EXPECT_FALSE(ruleSeen());
+  std::unique_ptr<Library> v3;
+  {
+    RegistrationBatch batch;
+    v2.reset();
+    v3 = std::make_unique<Library>(Library::DEF, "swapns");
+    v3->def("f(Tensor x, int n) -> Tensor");
+    // The new schema is up at once, with no kernel: v2's kernel is never called with n.
+    EXPECT_THAT(callFrom({ones({1}), IValue(int64_t{3})}), ::testing::HasSubstr("no kernel"));
+    v3->impl("f", [](const Tensor&, int64_t n) -> Tensor { return full({1}, static_cast<double>(n)); },
+             DispatchKey::CPU);
+    EXPECT_THAT(callFrom({ones({1}), IValue(int64_t{3})}), ::testing::HasSubstr("no kernel"));
+  }
+  EXPECT_EQ(callFrom({ones({1}), IValue(int64_t{3})}), "3");
 }
 
 }  // namespace

@@ -729,69 +729,6 @@ TEST(Libraries, ALibraryOfManyKernelsGoesAndStillGoesWhileAnotherThreadBatches) 
   other.join();
 }
 
-// Note [Registration batches]: a batch that takes a def down and puts it up again (a
-// bundle's next version) never shows another thread the op missing; its schema,
-// kernels and rules change at the batch's end. A def with another schema shows the
-// new schema with no kernel until its own kernels come, never the old kernel.
-TEST(Libraries, ABatchSwapsAnOpsDefinitionWithoutAGap) {
-  struct Probe {};
-  auto callFrom = [](std::vector<IValue> args) {  // on another thread, as a caller would
-    std::string out;
-    std::thread([&] {
-      try {
-        Stack s;
-        for (auto& a : args) s.push_back(a);
-        op("swapns::f").callBoxed(s);
-        out = std::to_string(static_cast<int>(s[0].toTensor().item().toDouble()));
-      } catch (const Error& e) {
-        out = e.what();
-      }
-    }).join();
-    return out;
-  };
-  auto ruleSeen = [] {
-    bool seen = false;
-    std::thread([&] { seen = op("swapns::f").findRule("swap_rule", typeid(Probe)) != nullptr; }).join();
-    return seen;
-  };
-  auto version = [](double v) {
-    auto lib = std::make_unique<Library>(Library::DEF, "swapns");
-    lib->def("f(Tensor x) -> Tensor");
-    lib->impl("f", [v](const Tensor&) -> Tensor { return full({1}, v); }, DispatchKey::CPU);
-    return lib;
-  };
-  auto v1 = version(1);
-  auto rule = Dispatcher::singleton().registerRule(parseOperatorName("swapns::f"), "swap_rule", typeid(Probe),
-                                                   std::make_shared<int>(1), {"test", "a rule"});
-  ASSERT_EQ(callFrom({ones({1})}), "1");
-  std::unique_ptr<Library> v2;
-  {
-    RegistrationBatch batch;
-    v1.reset();
-    rule = {};
-    EXPECT_EQ(callFrom({ones({1})}), "1");  // the old def, kernel and rule stay up
-    EXPECT_TRUE(ruleSeen());
-    v2 = version(2);
-    EXPECT_EQ(callFrom({ones({1})}), "1");
-    EXPECT_TRUE(ruleSeen());
-  }
-  EXPECT_EQ(callFrom({ones({1})}), "2");
-  EXPECT_FALSE(ruleSeen());
-  std::unique_ptr<Library> v3;
-  {
-    RegistrationBatch batch;
-    v2.reset();
-    v3 = std::make_unique<Library>(Library::DEF, "swapns");
-    v3->def("f(Tensor x, int n) -> Tensor");
-    // The new schema is up at once, with no kernel: v2's kernel is never called with n.
-    EXPECT_THAT(callFrom({ones({1}), IValue(int64_t{3})}), HasSubstr("no kernel"));
-    v3->impl("f", [](const Tensor&, int64_t n) -> Tensor { return full({1}, static_cast<double>(n)); },
-             DispatchKey::CPU);
-    EXPECT_THAT(callFrom({ones({1}), IValue(int64_t{3})}), HasSubstr("no kernel"));
-  }
-  EXPECT_EQ(callFrom({ones({1}), IValue(int64_t{3})}), "3");
-}
-
 // While a library dies on one thread (here: stalled in a kernel's destructor, which
 // runs when its grace period ends), another thread may open a registration batch:
 // a library's removal holds none (Note [Deferred reclamation]).
