@@ -739,8 +739,11 @@ QStringList PluginHost::rescan() {
   // calls on other threads see the bundles as they were until the whole swap is
   // published at once: an upgrade, a rollback to the version before after a failed
   // one, a pin, never leave an op missing in between (a call made meanwhile runs
-  // the old version's kernel, whose code stays mapped). Not with --check: the checks
-  // call the new version's ops, which must be published first.
+  // the old version's kernel, whose code stays mapped). An op whose schema changes
+  // answers "no kernel" from its new def until the batch ends (Note [Registration
+  // batches]). Not with --check: the checks call the new version's ops, which must be
+  // published first. Another thread that opens a batch meanwhile is refused, as for
+  // any batch.
   std::optional<RegistrationBatch> swap;
   if (check_ == CheckPolicy::off && !to_unload.empty()) swap.emplace();
   std::vector<QString> order(to_unload.begin(), to_unload.end());
