@@ -13,11 +13,11 @@ function(expect want name version)
     set_property(GLOBAL APPEND PROPERTY failures "accepted ${name} ${version}")
   endif()
 endfunction()
-foreach(v 1.0.0 1.0.0-alpha 1.0.0-0.3.7 1.0.0-x.7.z.92 1.0.0-x-y-z.-- 1.0.0+20130313144700 1.0.0-beta+exp.sha.5114f85
+foreach(v 1.0.0 999999999.0.1 1.0.0-alpha 1.0.0-0.3.7 1.0.0-x.7.z.92 1.0.0-x-y-z.-- 1.0.0+20130313144700 1.0.0-beta+exp.sha.5114f85
           1.0.0-0a)
   expect(ok demo ${v})
 endforeach()
-foreach(v 1.0.0- 1.0.0+ 1.0.0-01 1.0.0+a+b 1.0.0-a..b 1.0.0-a. 1.0.0+a_b 1.0 01.0.0)
+foreach(v 1000000000.0.0 1.0.0- 1.0.0+ 1.0.0-01 1.0.0+a+b 1.0.0-a..b 1.0.0-a. 1.0.0+a_b 1.0 01.0.0)
   expect(bad demo ${v})
 endforeach()
 foreach(n my_bundle-2.x _x 0x)
