@@ -169,12 +169,18 @@ TEST(Concurrency, ABatchSwapsAnOpsDefinitionWithoutAGap) {
   EXPECT_EQ(callFrom({ones({1})}), "2");
   EXPECT_FALSE(ruleSeen());
   std::unique_ptr<Library> v3;
+  rule = Dispatcher::singleton().registerRule(parseOperatorName("swapns::f"), "swap_rule", typeid(Probe),
+                                              std::make_shared<int>(2), {"test", "v2's rule"});
   {
     RegistrationBatch batch;
     v2.reset();
+    rule = {};
+    EXPECT_TRUE(ruleSeen());  // staged: v2's rule is still what calls see
     v3 = std::make_unique<Library>(Library::DEF, "swapns");
     v3->def("f(Tensor x, int n) -> Tensor");
-    // The new schema is up at once, with no kernel: v2's kernel is never called with n.
+    // The new schema is up at once, with no kernel and no rule of v2's: v2's kernel
+    // is never called with n.
+    EXPECT_FALSE(ruleSeen());
     EXPECT_THAT(callFrom({ones({1}), IValue(int64_t{3})}), ::testing::HasSubstr("no kernel"));
     v3->impl("f", [](const Tensor&, int64_t n) -> Tensor { return full({1}, static_cast<double>(n)); },
              DispatchKey::CPU);

@@ -846,9 +846,11 @@ RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOp
   impl_->recompute(e);
   if (const OperatorInfo* was = e.info.load(std::memory_order_relaxed); was != nullptr && was != info) {
     // A batch took the def down and puts up another schema (a new version of a bundle):
-    // no kernel of the old schema may stay in the table beside the new schema, so
-    // the entry's table goes out now, with what is registered for the new one.
+    // no kernel or rule of the old schema may stay beside the new schema, so the
+    // entry's table and rules go out now, with what is registered for the new one.
     impl_->publish(e);
+    e.rules.store(e.rules_owned.get(), std::memory_order_release);
+    e.core.has_rules.store(e.rules_owned != nullptr, std::memory_order_release);
   }
   e.info.store(info, std::memory_order_release);
   OperatorEntry* ep = &e;
