@@ -240,10 +240,14 @@ std::vector<db::TrustRow> trustTargets(const QString& arg, const QString& dir, d
     }
     return {{s(f.sha256), s(f.metadata->name), s(f.metadata->version_text), "", ""}};
   }
-  static const QRegularExpression sha("^[0-9a-f]{64}$");
+  if (!fi.exists() && (arg.contains('/') || arg.endsWith(".so"))) {
+    *why = "no such file";
+    return {};
+  }
+  static const QRegularExpression sha("^[0-9a-fA-F]{64}$");  // as sha256sum prints it, or in capitals
   if (sha.match(arg).hasMatch()) {
     for (const auto& t : store.trusted()) {
-      if (q(t.sha256) == arg) return {t};
+      if (q(t.sha256) == arg.toLower()) return {t};
     }
     *why = "no trusted bundle has that sha256 (to trust a file, name the file)";
     return {};

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <filesystem>
 #include <cstdio>
 #include <cstdlib>
@@ -1274,6 +1275,16 @@ TEST(ServeEndToEnd, RequireTrustedLoadsOnlyTrustedBundlesAndPicksUpNewTrust) {
   r = run("plugins trust 'mul add'" + opts);
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, HasSubstr("nor NAME@VERSION"));
+  r = run("plugins trust " + dir + "/gone.so" + opts);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("gone.so': no such file"));
+  // A sha256 in capitals names the same file.
+  ASSERT_EQ(run("plugins trust " + plugins + "/libmylib.so" + opts).status, 0);
+  std::string sha = run("plugins trusted --json" + opts).out;
+  sha = sha.substr(sha.find("\"sha256\": \"", sha.find("\"name\": \"mylib\"")) + 11, 64);
+  std::transform(sha.begin(), sha.end(), sha.begin(), [](unsigned char c) { return std::toupper(c); });
+  r = run("plugins untrust " + sha + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
   r = run("plugins untrust mylib@1.0.0" + opts);
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, HasSubstr("is not on the trust list"));
