@@ -305,6 +305,15 @@ DispatchKeySet OperatorInfo::keysOfValue(const IValue& v) {
 // ---------------------------------------------------------------------------
 // The dispatcher's state.
 
+namespace {
+// "a typed<>() call (by 'muladd@1.1.0')", for the mismatch message.
+std::string typedFrom(const std::vector<std::string>& owners) {
+  std::string s = "a typed<>() call (by ";
+  for (size_t i = 0; i < owners.size(); ++i) s.append(i > 0 ? ", '" : "'").append(owners[i]).append("'");
+  return s.append(")");
+}
+}  // namespace
+
 struct Dispatcher::Impl {
   std::mutex mu;
   // Inline, eight bytes a step: the lock-free lookup's cost is mostly this hash
@@ -544,8 +553,19 @@ struct Dispatcher::Impl {
   // and rules (Note [Registration batches]).
   void publishStaged(OperatorEntry& e) {
     if (!e.def) e.info.store(nullptr, std::memory_order_release);
+    publishRuleSet(e);
+  }
+  // The rule set calls read becomes the one registrations hold.
+  static void publishRuleSet(OperatorEntry& e) {
     e.rules.store(e.rules_owned.get(), std::memory_order_release);
     e.core.has_rules.store(e.rules_owned != nullptr, std::memory_order_release);
+  }
+
+  // Note [Who keeps a typed signature]: owner now keeps e's typed signature too.
+  void addTypedOwner(OperatorEntry& e, const std::string& owner) {
+    if (std::find(e.typed_owners.begin(), e.typed_owners.end(), owner) != e.typed_owners.end()) return;
+    e.typed_owners.push_back(owner);
+    typed_by_owner[owner].push_back(&e);
   }
 
   // The schema registrations are checked against: the def's, not one a batch has
@@ -615,19 +635,15 @@ struct Dispatcher::Impl {
   void publishRules(OperatorEntry& e, std::vector<std::shared_ptr<const RuleRecord>> rules) {
     std::unique_ptr<const RuleSet> next;
     if (!rules.empty()) next = std::make_unique<const RuleSet>(RuleSet{std::move(rules)});
-    if (inBatch()) {
-      batch_dirty.insert(&e);
-    } else {
-      e.rules.store(next.get(), std::memory_order_release);
-      e.core.has_rules.store(next != nullptr, std::memory_order_release);
-    }
     if (e.rules_owned) retired_rules.push_back(std::move(e.rules_owned));
     e.rules_owned = std::move(next);
+    if (inBatch()) batch_dirty.insert(&e);
+    else publishRuleSet(e);
   }
 
   // The C++ signature rule: unboxed kernels and typed handles of one op agree.
   std::optional<std::pair<CppSignature, std::string>> currentSignature(const OperatorEntry& e) const {
-    if (e.typed_signature) return std::make_pair(*e.typed_signature, e.typed_signature_from);
+    if (e.typed_signature) return std::make_pair(*e.typed_signature, typedFrom(e.typed_owners));
     for (const auto& [k, list] : e.kernels) {
       for (const auto& r : list) {
         if (r->kernel.cppSignature()) return std::make_pair(*r->kernel.cppSignature(), r->debug);
@@ -849,8 +865,7 @@ RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOp
     // no kernel or rule of the old schema may stay beside the new schema, so the
     // entry's table and rules go out now, with what is registered for the new one.
     impl_->publish(e);
-    e.rules.store(e.rules_owned.get(), std::memory_order_release);
-    e.core.has_rules.store(e.rules_owned != nullptr, std::memory_order_release);
+    Impl::publishRuleSet(e);
   }
   e.info.store(info, std::memory_order_release);
   OperatorEntry* ep = &e;
@@ -1444,14 +1459,6 @@ void OperatorHandle::redispatchBoxed(DispatchKeySet ks, Stack& stack) const {
   kernel.callBoxed(*this, ks, stack);
 }
 
-namespace {
-// "a typed<>() call (by 'muladd@1.1.0')", for the mismatch message.
-std::string typedFrom(const std::vector<std::string>& owners) {
-  std::string s = "a typed<>() call (by ";
-  for (size_t i = 0; i < owners.size(); ++i) s.append(i > 0 ? ", '" : "'").append(owners[i]).append("'");
-  return s.append(")");
-}
-}  // namespace
 
 void OperatorHandle::checkTypedSignature(const CppSignature& sig, const FunctionSchema& inferred) const {
   Dispatcher& d = Dispatcher::singleton();
@@ -1472,12 +1479,7 @@ void OperatorHandle::checkTypedSignature(const CppSignature& sig, const Function
                  " (from ", current->second, "); a typed call must use the kernels' exact C++ signature");
   }
   if (!e.typed_signature) e.typed_signature = sig;
-  const std::string& owner = RegistrationOwnerGuard::current();
-  if (std::find(e.typed_owners.begin(), e.typed_owners.end(), owner) == e.typed_owners.end()) {
-    e.typed_owners.push_back(owner);
-    d.impl_->typed_by_owner[owner].push_back(&e);
-    e.typed_signature_from = typedFrom(e.typed_owners);
-  }
+  d.impl_->addTypedOwner(e, RegistrationOwnerGuard::current());
 }
 
 namespace detail {
@@ -1491,12 +1493,7 @@ void releaseTypedSignatures(const std::string& owner) {
   for (OperatorEntry* e : it->second) {
     if (e->typed_signature) kept.emplace_back(e, *e->typed_signature);
     std::erase(e->typed_owners, owner);
-    if (e->typed_owners.empty()) {
-      e->typed_signature.reset();
-      e->typed_signature_from.clear();
-    } else {
-      e->typed_signature_from = typedFrom(e->typed_owners);
-    }
+    if (e->typed_owners.empty()) e->typed_signature.reset();
   }
   d.impl_->typed_by_owner.erase(it);
 }
@@ -1521,11 +1518,7 @@ void refixTypedSignatures(const std::string& owner) {
   }
   for (const auto& [e, sig] : it->second) {
     if (!e->typed_signature) e->typed_signature = sig;
-    if (std::find(e->typed_owners.begin(), e->typed_owners.end(), owner) == e->typed_owners.end()) {
-      e->typed_owners.push_back(owner);
-      d.impl_->typed_by_owner[owner].push_back(e);
-      e->typed_signature_from = typedFrom(e->typed_owners);
-    }
+    d.impl_->addTypedOwner(*e, owner);
   }
   d.impl_->released_typed.erase(it);
 }

@@ -130,8 +130,7 @@ class OperatorEntry {
   // Left open: a kernel of the old version still running when a swap that changes
   // the signature is published could call through its old handle.
   std::optional<CppSignature> typed_signature;
-  std::string typed_signature_from;
-  std::vector<std::string> typed_owners;
+  std::vector<std::string> typed_owners;  // who made the handles that keep it
 
   std::array<SlotState, kNumRuntimeKeySlots> slot_state;
 
