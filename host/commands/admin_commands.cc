@@ -310,22 +310,36 @@ Session::~Session() = default;
 // Note [Plugin trust]: running code the checks refuse is on the record, as for a
 // serving host (Host::start); a scan that only tightens them changes nothing, and
 // records nothing.
-void applyTrustOptions(const QCommandLineParser& parser, PluginHost& host, db::Store& store) {
+void applyTrustOptions(const QCommandLineParser& parser, PluginHost& host, db::Store* store) {
   TrustPolicy p;
   p.allow_insecure = parser.isSet("allow-insecure-plugins");
   p.require_trusted = parser.isSet("require-trusted");
   host.setTrustPolicy(p);
-  if (p.allow_insecure) {
-    store.audit(s(actorOption(parser)), "host.allow_insecure_plugins",
+  if (p.allow_insecure && store != nullptr) {
+    store->audit(s(actorOption(parser)), "host.allow_insecure_plugins",
                 s(QFileInfo(pluginDirOption(parser)).absoluteFilePath()), "", "on");
   }
 }
 
-std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load_plugins) {
+std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load_plugins, bool reads_only) {
   // Loading bundles is the host's news, not this command's: warnings only.
   QLoggingCategory::setFilterRules("strata.host.info=false\nstrata.host.debug=false");
   auto session = std::make_unique<Session>();
-  session->store = std::make_unique<db::Store>(s(storeOption(parser)));
+  const QString path = storeOption(parser);
+  const QFileInfo at(path);
+  // A command that only reads runs on no store rather than make one (at a mistyped
+  // --db, say): nothing is then disabled, pinned or trusted for it, and a store it was
+  // named on the command line is said to be missing. Running insecure bundles is still recorded.
+  const bool absent = !at.exists() && !at.isSymLink();
+  if (reads_only && absent && !(load_plugins && parser.isSet("allow-insecure-plugins"))) {
+    if (parser.isSet("db")) {  // named on this command line: perhaps mistyped
+      QTextStream(stderr) << "note: no store at " << path
+                          << "; running with nothing disabled, pinned or trusted (strata serve --db " << path
+                          << " makes it)\n";
+    }
+  } else {
+    session->store = std::make_unique<db::Store>(s(path));
+  }
   if (load_plugins) {
     const QString dir = pluginDirOption(parser);
     const bool named = parser.isSet("plugins") || !qEnvironmentVariable("STRATA_PLUGIN_PATH").isEmpty();
@@ -335,7 +349,7 @@ std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load
     }
     session->host = std::make_unique<PluginHost>(dir, session->store.get());
     session->host->setRecording(false);  // Note [What each host runs]: only a serving host writes its view
-    applyTrustOptions(parser, *session->host, *session->store);
+    applyTrustOptions(parser, *session->host, session->store.get());
     session->host->sync();
   }
   return session;
@@ -574,14 +588,16 @@ int runPluginsCommand(const QStringList& args) {
     }
     const bool scan = action == "list" || action == "show";
     if (action == "trusted") openExistingStore(storeOption(parser));  // a list read from no store would make one
-    auto session = openSession(parser, scan);
-    db::Store& store = *session->store;
+    auto session = openSession(parser, scan, scan);
+    db::Store* const listed = session->store.get();  // none for a scan when there is no store
     const std::string actor = s(actorOption(parser));
     if (action == "list" || action == "show") {
       // This process's own scan (Note [What each host runs] in store.cc): it writes
       // nothing, and says that it is not what a running host loaded.
       std::map<std::string, db::BundleRow> catalog;  // what hosts recorded about each file, by sha256
-      for (auto& b : store.bundles()) catalog[b.sha256] = b;
+      if (listed != nullptr) {
+        for (auto& b : listed->bundles()) catalog[b.sha256] = b;
+      }
       QJsonArray rows;
       bool any = false;
       const QString dir = pluginDirOption(parser);
@@ -611,12 +627,14 @@ int runPluginsCommand(const QStringList& args) {
         if (!any) {
           std::vector<std::string> names;
           for (const auto& v : session->host->view()) names.push_back(v.name);
-          for (const auto& name : knownBundleNames(store)) names.push_back(name);
+          if (listed != nullptr) {
+            for (const auto& name : knownBundleNames(*listed)) names.push_back(name);
+          }
           err << "error: no bundle named '" << pos[0] << "' in " << dir
               << q(didYouMean(s(pos[0]), names)) << "\n";
           return kExitInvalidInput;
         }
-        for (const auto& p : store.pins()) {
+        for (const auto& p : listed != nullptr ? listed->pins() : std::vector<db::PinRow>{}) {
           if (q(p.name) == pos[0] && !parser.isSet("json")) out << "pinned to " << q(p.version) << " by " << q(p.actor) << "\n";
         }
         if (auto it = session->host->loaded().find(pos[0]); it != session->host->loaded().end() && !parser.isSet("json")) {
@@ -634,6 +652,7 @@ int runPluginsCommand(const QStringList& args) {
       if (parser.isSet("json")) out << QJsonDocument(rows).toJson(QJsonDocument::Indented);
       return kExitOk;
     }
+    db::Store& store = *session->store;
     if (action == "trusted") {
       QJsonArray rows;
       for (const auto& t : store.trusted()) {
@@ -981,7 +1000,8 @@ int runAuditCommand(const QStringList& args) {
   if (!since.isEmpty()) {
     QDateTime t = QDateTime::fromString(since, Qt::ISODateWithMs);
     if (!t.isValid()) t = QDateTime::fromString(since, Qt::ISODate);
-    if (!t.isValid() && QDate::fromString(since, Qt::ISODate).isValid()) {
+    // QDate reads the date of "2026-11-27T25:00" and ignores the rest: a date alone only.
+    if (!t.isValid() && !since.contains('T') && QDate::fromString(since, Qt::ISODate).isValid()) {
       t = QDate::fromString(since, Qt::ISODate).startOfDay(Qt::UTC);
     }
     if (!t.isValid()) {
@@ -993,7 +1013,14 @@ int runAuditCommand(const QStringList& args) {
   try {
     const std::unique_ptr<db::Store> opened = openExistingStore(storeOption(parser));
     db::Store& store = *opened;
-    const auto rows = store.auditLog(s(since), s(parser.value("op")));
+    // An op is written as `kernel` writes it ("core:: neg" is core::neg); anything else
+    // (a bundle's name) as given.
+    std::string op = s(parser.value("op"));
+    try {
+      if (!op.empty()) op = parseOperatorName(op).str();
+    } catch (const std::exception&) {
+    }
+    const auto rows = store.auditLog(s(since), op);
     QJsonArray all;
     for (const auto& r : rows) {
       if (parser.isSet("json")) {

@@ -38,7 +38,7 @@ QString storeOption(const QCommandLineParser& parser);
 // --actor, else the login name.
 QString actorOption(const QCommandLineParser& parser);
 
-// A store and, for ops/dump/call, the plugin directory loaded into this process
+// A store (or none: see reads_only) and, for ops/dump/call, the plugin directory loaded into this process
 // ("no host involved"). Throws db::StoreError when the store cannot be opened.
 struct Session {
   std::unique_ptr<db::Store> store;
@@ -46,7 +46,9 @@ struct Session {
   Session();
   ~Session();
 };
-std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load_plugins);
+// reads_only: a command that writes nothing runs on no store when there is none (it
+// makes none), saying so when the store was named.
+std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load_plugins, bool reads_only = false);
 
 // "0.1.0 (SDK ABI 4.3, store schema 5)": what `strata --version` prints after "strata ".
 QString versionText();

@@ -23,6 +23,25 @@ namespace strata::host {
 
 namespace {
 
+// Who disabled the kernel a failed call needed, and how to turn it on again: the
+// store's record of each disabled kernel of `op`, when the dispatcher said that a
+// disabled kernel left no kernel to run. "" otherwise.
+std::string whyDisabled(const Session& session, const OperatorName& op, const std::exception& failure) {
+  const auto* e = dynamic_cast<const Error*>(&failure);
+  if (e == nullptr || e->kind() != ErrorKind::NotImplemented || session.store == nullptr ||
+      std::string_view(e->what()).find("kernel is disabled") == std::string_view::npos) {
+    return "";
+  }
+  std::string out;
+  for (const db::KernelStateRow& k : session.store->kernelStates()) {
+    if (k.enabled || k.op != op.str()) continue;
+    out += "\n  " + k.op + " " + k.key + " was disabled by " + k.actor + " at " + k.time +
+           (k.reason.empty() ? "" : " (" + k.reason + ")") + ": `strata kernel enable " + k.op + " " + k.key +
+           "` turns it on";
+  }
+  return out;
+}
+
 // Why an op is missing when a bundle in the plugin directory would define it: an
 // admin disabled that bundle, or it failed to load. "" when no bundle here defines
 // the op's namespace.
@@ -166,7 +185,7 @@ int runOpsCommand(const QStringList& args) {
   }
   std::unique_ptr<Session> session;
   try {
-    session = openSession(parser, true);
+    session = openSession(parser, true, true);
   } catch (const std::exception& e) {
     err << "error: " << e.what() << "\n";
     return kExitInvalidInput;
@@ -209,7 +228,7 @@ int runCheckCommand(const QStringList& args) {
   }
   std::unique_ptr<Session> session;
   try {
-    session = openSession(parser, true);
+    session = openSession(parser, true, true);
   } catch (const std::exception& e) {
     err << "error: " << e.what() << "\n";
     return kExitInvalidInput;
@@ -301,7 +320,7 @@ int runModesCommand(const QStringList& args) {
   }
   std::unique_ptr<Session> session;
   try {
-    session = openSession(parser, true);
+    session = openSession(parser, true, true);
   } catch (const std::exception& e) {
     err << "error: " << e.what() << "\n";
     return kExitInvalidInput;
@@ -359,7 +378,7 @@ int runDumpCommand(const QStringList& args) {
       }
       return kExitOk;
     }
-    auto session = openSession(parser, true);
+    auto session = openSession(parser, true, true);
     const OperatorName name = parseOperatorName(op);
     STRATA_CHECK(Dispatcher::singleton().findOp(name).has_value(), NotImplemented, "no operator named ", name.str(),
                  whyMissing(*session, name), didYouMean(name.str(), liveOperatorNames()));
@@ -575,9 +594,35 @@ int runCallCommand(const QStringList& args) {
       err << args.first() << ": --autocast " << a << ": " << e.what() << "\n";  // the caller names the flag, once
       return kExitUsage;
     }
+    for (size_t i = 0; i + 1 < autocast.size(); ++i) {
+      if (autocast[i].device == autocast.back().device) {
+        err << args.first() << ": --autocast names " << toString(autocast.back().device)
+            << " twice: give one DEVICE[:DTYPE] per device\n";
+        return kExitUsage;
+      }
+    }
   }
+  if (const QStringList vmaps = parser.values("vmap"); vmaps.size() > 1) {
+    err << args.first() << ": --vmap given " << vmaps.size()
+        << " times: give the in_dims once, one per argument (e.g. --vmap 0,None)\n";
+    return kExitUsage;
+  } else if (vmaps.size() == 1) {
+    try {  // the form here; its fit to the op's arguments once the op is known
+      bool broadcast = false;
+      parseVmapInDims(vmaps[0].toStdString(), static_cast<size_t>(vmaps[0].count(',')) + 1, &broadcast);
+    } catch (const Error& e) {
+      err << args.first() << ": " << e.what() << "\n";
+      return kExitUsage;
+    }
+  }
+  if (parser.isSet("json") && !parser.values("mode").contains("trace")) {
+    err << args.first() << ": --json prints the graph --mode trace records: give --mode trace with it\n";
+    return kExitUsage;
+  }
+  std::unique_ptr<Session> session;
+  std::optional<OperatorName> called;
   try {
-    auto session = openSession(parser, true);
+    session = openSession(parser, true, true);
     const std::string op_text = positional.first().toStdString();
     const QStringList words = positional.mid(1);
     // "ns::name" with no default overload: the first overload the arguments fit,
@@ -612,6 +657,7 @@ int runCallCommand(const QStringList& args) {
     STRATA_CHECK(chosen.has_value(), Value,
                  candidates.size() == 1 ? first_error : "no overload of " + wanted.name + " takes these arguments:" + first_error);
     const OperatorHandle op = *chosen;
+    called = op.operator_name();
     std::vector<std::shared_ptr<modes::DispatchMode>> pushed;
     // The fake mode goes first, under any --mode: those see the call and pass it down.
     std::shared_ptr<modes::FakeTensorMode> fake;
@@ -678,7 +724,7 @@ int runCallCommand(const QStringList& args) {
     }
     return kExitOk;
   } catch (const std::exception& e) {
-    err << "error: " << e.what() << "\n";
+    err << "error: " << e.what() << (session && called ? q(whyDisabled(*session, *called, e)) : QString()) << "\n";
     return kExitInvalidInput;
   }
 }

@@ -65,6 +65,8 @@ class Parser {
   }
 
   std::variant<OperatorName, FunctionSchema> parseDeclaration();
+  // An operator name and nothing after it.
+  OperatorName parseNameAlone();
 
  private:
   // --- Lexing ---------------------------------------------------------------
@@ -91,7 +93,7 @@ class Parser {
   bool isIdent(std::string_view s) { return cur().kind == Tok::Ident && cur().text == s; }
 
   std::string describe(const Token& t) const {
-    if (t.kind == Tok::End) return "the end of the schema";
+    if (t.kind == Tok::End) return name_alone_ ? "the end of the name" : "the end of the schema";
     return "'" + std::string(text_.substr(t.begin, t.end - t.begin)) + "'";
   }
   [[noreturn]] void failAt(size_t offset, const std::string& reason) const {
@@ -133,6 +135,7 @@ class Parser {
 
   std::string_view text_;
   SchemaParseOptions options_;
+  bool name_alone_ = false;  // reading a name alone (parseNameAlone), not a schema
   int type_depth_ = 0;
   size_t pos_ = 0;
   std::deque<Token> buffered_;
@@ -191,7 +194,12 @@ Token Parser::lex() {
   }
   t.kind = Tok::Char;
   t.ch = c;
-  pos_ = t.end = pos_ + 1;
+  size_t e = pos_ + 1;
+  // A character beyond ASCII is one token of all its bytes, so an error shows it whole.
+  if (static_cast<unsigned char>(c) >= 0xC0) {
+    while (e < text_.size() && e - pos_ < 4 && (static_cast<unsigned char>(text_[e]) & 0xC0) == 0x80) ++e;
+  }
+  pos_ = t.end = e;
   return t;
 }
 
@@ -282,6 +290,17 @@ OperatorName Parser::parseOperatorName() {
     overload = tok.text;
   }
   return {std::move(name), std::move(overload)};
+}
+
+OperatorName Parser::parseNameAlone() {
+  name_alone_ = true;
+  OperatorName name = parseOperatorName();
+  if (cur().kind == Tok::End) return name;
+  if (isChar('(')) failAt(cur().begin, "expected an operator name alone, got a schema");
+  if (isChar('.') && !name.overload_name.empty()) {
+    failAt(cur().begin, "an overload name has no '.' in it");
+  }
+  failAt(cur().begin, describe(cur()) + " after the operator name");
 }
 
 std::variant<OperatorName, FunctionSchema> Parser::parseDeclaration() {
@@ -840,10 +859,7 @@ std::optional<OperatorName> plainName(std::string_view text) {
 
 OperatorName parseName(std::string_view text) {
   if (auto plain = plainName(text)) return std::move(*plain);
-  auto parsed = parseSchemaOrName(text);
-  if (auto* name = std::get_if<OperatorName>(&parsed)) return std::move(*name);
-  const size_t paren = text.find('(');
-  throw SchemaError(text, paren + 1, "expected an operator name alone, got a schema");
+  return Parser(text, SchemaParseOptions{}).parseNameAlone();
 }
 
 }  // namespace strata

@@ -940,6 +940,55 @@ TEST(AdminCommands, BadInputIsAClearErrorWithTheRightExitCode) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// A command that only reads makes no store (a mistyped --db says so and runs on
+// none); a malformed time, op or flag is named; a disabled kernel's error says who
+// disabled it and how to turn it on.
+TEST(AdminCommands, ReadingMakesNoStoreAndMalformedFlagsAreNamed) {
+  char tmpl[] = "/tmp/strata-reads-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  for (const std::string& cmd : std::vector<std::string>{"plugins list --plugins " + dir, "ops core::neg", "dump core::neg",
+                                "call core::neg '[1]'"}) {
+    const Result r = run(cmd + " --db " + dir + "/typo.db");
+    EXPECT_EQ(r.status, 0) << cmd << "\n" << r.out;
+    EXPECT_THAT(r.out, HasSubstr("note: no store at " + dir + "/typo.db; running with nothing disabled")) << cmd;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/typo.db")) << cmd;
+  }
+  const std::string db = " --db " + dir + "/s.db";
+  ASSERT_EQ(run("kernel disable 'core:: neg' cpu --reason 'wrong sign'" + db).status, 0);
+  Result r = run("call core::neg '[1]'" + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("no kernel for dispatch key CPU (call key set DispatchKeySet(CPU)): its CPU kernel is "
+                               "disabled (set_kernel_enabled)"));
+  EXPECT_THAT(r.out, HasSubstr("core::neg CPU was disabled by "));
+  EXPECT_THAT(r.out, HasSubstr(" (wrong sign): `strata kernel enable core::neg CPU` turns it on"));
+  r = run("audit --op 'core:: neg'" + db);  // an op written as `kernel` takes it
+  EXPECT_THAT(r.out, HasSubstr("kernel.disable  core::neg CPU: enabled -> disabled"));
+  r = run("audit --since 2026-11-27T25:00" + db);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--since '2026-11-27T25:00' is not an ISO 8601 time"));
+  EXPECT_EQ(run("audit --since 2026-11-27" + db).status, 0);
+  r = run("call core::neg '[1]' --vmap zz");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("strata call: --vmap zz: 'zz' is not an in_dim (an integer or None)"));
+  r = run("call core::neg '[1]' --vmap 0 --vmap 0");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--vmap given 2 times"));
+  r = run("call core::neg '[1]' --json");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--json prints the graph --mode trace records"));
+  r = run("call core::neg '[1]' --autocast cpu --autocast cpu:f16");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--autocast names cpu twice"));
+  r = run("call a::b.c.d");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("invalid operator name 'a::b.c.d': an overload name has no '.' in it"));
+  r = run("call '\xc3\xa9::x'");
+  EXPECT_THAT(r.out, HasSubstr("expected an operator name, got '\xc3\xa9'"));
+  r = run("dump 'a::b c'");
+  EXPECT_THAT(r.out, HasSubstr("invalid operator name 'a::b c': 'c' after the operator name"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // A toggle to the state a kernel is already in (same reason) changes nothing: it says
 // so, and no audit row or change is written; a new reason is a change.
 TEST(AdminCommands, AToggleToTheStateAKernelIsInChangesNothing) {
@@ -1128,7 +1177,7 @@ TEST(AdminCommands, WaitTimesOutNamingTheHostsBehind) {
   char tmpl[] = "/tmp/strata-wait-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string db = dir + "/s.db";
-  ASSERT_EQ(run("plugins list --plugins " + dir + " --db " + db).status, 0);  // creates the store
+  ASSERT_EQ(run("kernel enable a::b cpu --db " + db).status, 0);  // an admin command makes the store
   // A host on another machine that heartbeats but never applies anything.
   ASSERT_EQ(std::system(("sqlite3 " + db + " \"INSERT INTO hosts (id, pid) VALUES ('elsewhere:42', 42)\"").c_str()), 0);
   Result r = run("kernel disable a::b cpu --wait 0.3 --db " + db);
@@ -1148,7 +1197,7 @@ TEST(AdminCommands, BundleChangesWaitLikeKernelToggles) {
   char tmpl[] = "/tmp/strata-bwait-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string db = " --db " + dir + "/s.db";
-  ASSERT_EQ(run("plugins list --plugins " + dir + db).status, 0);  // creates the store
+  ASSERT_EQ(run("kernel enable a::b cpu" + db).status, 0);  // an admin command makes the store
   for (const char* change : {"pin muladd 1.0.0", "unpin muladd", "disable mylib --reason r", "enable mylib"}) {
     const Result r = run(std::string("plugins ") + change + " --wait 1" + db);
     EXPECT_EQ(r.status, 1) << change << ": " << r.out;
@@ -1376,6 +1425,7 @@ TEST(CallAutocast, ExplainShowsTheCastsAndTheVersionsDiffer) {
   char tmpl[] = "/tmp/strata-autocast-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string opts = " --plugins " STRATA_PLUGIN_BUILD_DIR " --db " + dir + "/s.db";
+  ASSERT_EQ(run("kernel enable a::b cpu --db " + dir + "/s.db").status, 0);  // a store: no "no store" note
   const std::string call = "call extension_cpp::mymuladd '[1.,2.,3.]' '[2.,2.,2.]' 1.0";
   Result r = run(call + " --autocast cpu:bf16 --explain" + opts);
   EXPECT_EQ(r.status, 0) << r.out;
@@ -1407,7 +1457,7 @@ TEST(CallAutocast, ExplainShowsTheCastsAndTheVersionsDiffer) {
   ASSERT_EQ(std::system(("mkdir -p " + dir + "/old && cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_0_0.so " + dir +
                          "/old/").c_str()),
             0);
-  r = run(call + " --autocast cpu:bf16 --plugins " + dir + "/old --db " + dir + "/old.db");
+  r = run(call + " --autocast cpu:bf16 --plugins " + dir + "/old --db " + dir + "/s.db");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out, "tensor([3., 5., 7.])\n");
   // Bad --autocast values are usage errors that name the value.
@@ -1457,6 +1507,7 @@ TEST(CallVmap, ExplainNamesTheRuleOrTheFallback) {
   char tmpl[] = "/tmp/strata-vmap-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string opts = " --plugins " STRATA_PLUGIN_BUILD_DIR " --db " + dir + "/s.db";
+  ASSERT_EQ(run("kernel enable a::b cpu --db " + dir + "/s.db").status, 0);  // a store: no "no store" note
   const std::string call = "call extension_cpp::mymuladd '[[1.,2.],[3.,4.],[5.,6.]]' '[2.,3.]' 1.0";
   Result r = run(call + " --vmap 0,None,None --explain" + opts);
   EXPECT_EQ(r.status, 0) << r.out;

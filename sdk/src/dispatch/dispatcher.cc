@@ -1545,6 +1545,12 @@ namespace {
           "and the operator has no CompositeExplicitAutograd (\"default\") or CompositeImplicitAutograd kernel";
   } else {
     os << "no kernel for dispatch key " << toString(k) << " (call key set " << ks.str() << ")";
+    for (const auto& r : regs) {
+      if (r.what != RegistrationInfo::What::Def && r.key == k && !r.enabled) {
+        os << ": its " << toString(k) << " kernel is disabled (set_kernel_enabled)";
+        break;
+      }
+    }
   }
   os << ". Registered:";
   bool any = false;
