@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -316,8 +317,12 @@ void Store::createAtomically(const std::string& path) {
   if (::access(folder.c_str(), W_OK | X_OK) != 0) {
     throw StoreError("store " + path + ": cannot create it in " + folder + ": " + std::strerror(errno));
   }
-  const std::string tmp = path + ".new-" + std::to_string(::getpid()) + "-" +
-                          std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  // Built under a name of its own in the same folder (short, whatever the store's
+  // name), then linked into place; an error names the store, never this file.
+  const std::string tmp = (std::filesystem::path(folder) /
+                           (".strata-new-" + std::to_string(::getpid()) + "-" +
+                            std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()))))
+                              .string();
   auto removeTmp = [&] {
     for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((tmp + suffix).c_str());
   };
@@ -328,6 +333,11 @@ void Store::createAtomically(const std::string& path) {
       s.exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
       s.exec("PRAGMA application_id = " + std::to_string(kApplicationId));
     });
+  } catch (const StoreError& e) {
+    removeTmp();
+    std::string why = e.what();
+    if (const std::string own = "store " + tmp + ": "; why.rfind(own, 0) == 0) why.erase(0, own.size());
+    throw StoreError("store " + path + ": cannot create it: " + why, e.reason());
   } catch (...) {
     removeTmp();
     throw;
@@ -395,6 +405,57 @@ std::optional<std::string> Store::truncation() const {
          std::to_string(size) + ")";
 }
 
+namespace {
+
+// What would stop SQLite from opening or creating the store at `path`, said in the
+// path's own words before SQLite says it in its ("attempt to write a readonly
+// database", or a temporary file's name).
+void refuseUnusablePath(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  const std::string name = p.filename().string();
+  // SQLite names the store's files NAME-journal, NAME-wal and NAME-shm: 8 bytes more.
+  if (constexpr size_t kLongest = NAME_MAX - 8; name.size() > kLongest) {
+    throw StoreError("store " + path.substr(0, 80) + "...: the file name is too long (" + std::to_string(name.size()) +
+                     " bytes; at most " + std::to_string(kLongest) + ", as SQLite adds '-journal' to it)");
+  }
+  if (fs::is_symlink(fs::symlink_status(p, ec))) {
+    const fs::path target = fs::read_symlink(p, ec);
+    std::error_code sec;
+    if ((void)fs::status(p, sec), sec == std::errc::too_many_symbolic_link_levels) {
+      throw StoreError("store " + path + ": a loop of symbolic links (" + path + " -> " + target.string() +
+                       "); name a store file");
+    }
+    if (!fs::exists(p, sec)) {
+      throw StoreError("store " + path + ": a symbolic link to " + target.string() +
+                       ", which does not exist; make the link point at a store, or name a store file");
+    }
+  }
+  // SQLite keeps a store's -wal and -shm files beside it: a directory there is in its way.
+  for (const char* suffix : {"-wal", "-shm", "-journal"}) {
+    if (fs::is_directory(path + suffix, ec)) {
+      throw StoreError("store " + path + ": " + path + suffix +
+                       " is a directory, where SQLite keeps the store's " + (suffix + 1) +
+                       " file; move it away");
+    }
+  }
+  // An existing store in a folder this user cannot write: SQLite cannot make its -wal
+  // and -shm files, and says "attempt to write a readonly database" at the first read.
+  // (A file this user cannot write is openConnection's to name.)
+  if (fs::exists(p, ec) && ::access(path.c_str(), R_OK | W_OK) == 0) {
+    const std::string folder = folderOf(fs::canonical(p, ec).string());
+    const int writable = ::access(folder.c_str(), W_OK | X_OK);
+    const int err = errno;
+    if (writable != 0 && !(fs::exists(path + "-wal", ec) && fs::exists(path + "-shm", ec))) {
+      throw StoreError("store " + path + ": cannot open: its folder " + folder + " is not writable (" +
+                       std::strerror(err) + "), and SQLite keeps the store's -wal and -shm files beside it");
+    }
+  }
+}
+
+}  // namespace
+
 Store::Store(const std::string& path) : path_(path) {
   std::error_code ec;
   if (path.empty()) throw StoreError("store: an empty path (name a file, e.g. --db strata.db)");
@@ -413,6 +474,7 @@ Store::Store(const std::string& path) : path_(path) {
                                                                  : "not a regular file";
     throw StoreError("store " + path + ": " + kind + ", not a store file; name a store file (e.g. --db strata.db)");
   }
+  refuseUnusablePath(path);
   if (!std::filesystem::exists(path, ec)) createAtomically(path);
   refuseTruncated();
   openConnection(/*create=*/false);

@@ -301,7 +301,7 @@ TEST(Store, EightProcessesCreatingOneStoreAtOnceAllSucceed) {
     EXPECT_EQ(s.auditLog().size(), 8u);
     // Nothing of the losers' private files is left beside it.
     size_t files = 0;
-    for (const auto& e : std::filesystem::directory_iterator(d.path)) files += e.path().string().find(".new-") != std::string::npos;
+    for (const auto& e : std::filesystem::directory_iterator(d.path)) files += e.path().string().find(".strata-new-") != std::string::npos;
     EXPECT_EQ(files, 0u);
   }
 }

@@ -144,7 +144,7 @@ TEST(StoreUnderKill, FiftyRoundsOfKilledHostsAndWriters) {
   TempDir d;
   const std::string plugins = d.path + "/plugins", db = d.path + "/s.db", errors = d.path + "/errors.log";
   ASSERT_EQ(sh("mkdir -p " + plugins + " && cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_0_0.so " + plugins).status, 0);
-  ASSERT_EQ(sh(q(kCli) + " plugins list --plugins " + q(plugins) + " --db " + q(db)).status, 0);  // creates it (creation under SIGKILL: Note [Creating a store])
+  ASSERT_EQ(sh(q(kCli) + " kernel enable a::b cpu --db " + q(db)).status, 0);  // creates it (creation under SIGKILL: Note [Creating a store])
   std::mt19937 rng(20261123);
   std::uniform_int_distribution<int> delay_ms(50, 400);
   const char* keys[] = {"cpu", "cpu", "meta", "meta"};
@@ -213,7 +213,7 @@ TEST(StoreUnderKill, FiftyRoundsOfKilledHostsAndWriters) {
 TEST(StoreUnderLoad, EightWritersNeverSeeBusyAndEachCommandHasOneAuditRow) {
   TempDir d;
   const std::string db = d.path + "/s.db", ok_file = d.path + "/ok", errors = d.path + "/errors.log";
-  ASSERT_EQ(sh(q(kCli) + " plugins list --plugins " + q(d.path) + " --db " + q(db)).status, 0);  // created before the rush
+  ASSERT_EQ(sh(q(kCli) + " kernel enable a::b cpu --db " + q(db)).status, 0);  // created before the rush
   constexpr int kWriters = 8, kEach = 15;
   std::vector<pid_t> procs;
   for (int w = 0; w < kWriters; ++w) {
@@ -283,6 +283,46 @@ TEST(BadStoreFiles, EachIsRefusedWithItsReasonAndLeftUnchanged) {
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr(ro + ": cannot open: the file is read-only for this user"));
   EXPECT_EQ(bytes(ro), good_bytes);
+
+  // Paths SQLite would trip on, named in their own words before it speaks: a dangling
+  // link, a loop of links, a name too long for the files SQLite adds to it, a
+  // directory where its -shm file goes, a folder this user cannot write. None is
+  // created or changed.
+  ASSERT_EQ(::symlink((d.path + "/nothere.db").c_str(), (d.path + "/dangling.db").c_str()), 0);
+  ASSERT_EQ(::symlink("loop.db", (d.path + "/loop.db").c_str()), 0);
+  const std::string shm = write("shm.db", good_bytes);
+  ASSERT_TRUE(std::filesystem::create_directory(shm + "-shm"));
+  const std::string long_name = d.path + "/" + std::string(250, 'x') + ".db";
+  const std::map<std::string, std::string> paths = {
+      {d.path + "/dangling.db", "a symbolic link to " + d.path + "/nothere.db, which does not exist"},
+      {d.path + "/loop.db", "a loop of symbolic links"},
+      {long_name, "the file name is too long (253 bytes; at most 247, as SQLite adds '-journal' to it)"},
+      {shm, shm + "-shm is a directory, where SQLite keeps the store's shm file"},
+  };
+  for (const auto& [file, reason] : paths) {
+    const Result r = sh(q(kCli) + " kernel disable a::b cpu --db " + q(file));
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_THAT(r.out, HasSubstr(reason));
+  }
+  EXPECT_FALSE(std::filesystem::exists(d.path + "/nothere.db"));
+  EXPECT_FALSE(std::filesystem::exists(long_name));
+  EXPECT_EQ(bytes(shm), good_bytes);
+  for (const auto& e : std::filesystem::directory_iterator(d.path)) {
+    EXPECT_EQ(e.path().filename().string().find(".strata-new-"), std::string::npos) << e.path();
+  }
+  if (root) {  // a store this user may write, in a folder it may not: SQLite could not make its -wal file
+    const std::string folder = d.path + "/ro";
+    ASSERT_TRUE(std::filesystem::create_directory(folder));
+    const std::string in_ro = folder + "/s.db";
+    std::ofstream(in_ro, std::ios::binary) << good_bytes;
+    ASSERT_EQ(::chmod(in_ro.c_str(), 0666), 0);
+    ASSERT_EQ(::chmod(folder.c_str(), 0555), 0);
+    r = sh(as_user + q(kCli) + " kernel disable a::b cpu --db " + q(in_ro));
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_THAT(r.out, HasSubstr(in_ro + ": cannot open: its folder " + folder + " is not writable (Permission "
+                                 "denied), and SQLite keeps the store's -wal and -shm files beside it"));
+    EXPECT_EQ(bytes(in_ro), good_bytes);
+  }
 
   // A full disk (a file-size limit): the change is refused, named, and rolled back.
   const std::string full = write("full.db", good_bytes);
