@@ -1,4 +1,5 @@
 #include "call_args.h"
+#include "operator_info.h"
 
 #include <cctype>
 #include <charconv>
@@ -56,10 +57,7 @@ bool isNone(std::string_view s) {
   return s == "None" || s == "none" || s == "null";
 }
 
-// A literal as an error message quotes it: whole, or its start when it is long.
-std::string shortened(std::string_view whole) {
-  return whole.size() <= 60 ? std::string(whole) : std::string(whole.substr(0, 57)) + "...";
-}
+
 
 // The parts of "[a, [b, c], d]" at the top level: {"a", "[b, c]", "d"}.
 std::vector<std::string_view> splitList(std::string_view s, std::string_view whole) {
@@ -102,7 +100,7 @@ void flatten(std::string_view s, size_t depth, Nested& out, std::string_view who
                  "': a ragged nested list (numbers and lists at the same depth)");
     const auto parts = splitList(s, whole);
     if (out.shape.size() == depth) out.shape.push_back(static_cast<int64_t>(parts.size()));
-    STRATA_CHECK(out.shape.size() > depth && out.shape[depth] == static_cast<int64_t>(parts.size()), Value, "'", whole,
+    STRATA_CHECK(out.shape.size() > depth && out.shape[depth] == static_cast<int64_t>(parts.size()), Value, "'", shortened(whole),
                  "': a ragged nested list (every list at one depth must have the same length)");
     for (std::string_view p : parts) flatten(p, depth + 1, out, whole);
     return;
@@ -152,7 +150,7 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
     ++end;
   } else {
     end = text.find(')');
-    STRATA_CHECK(end != std::string_view::npos, Value, "'", whole,
+    STRATA_CHECK(end != std::string_view::npos, Value, "'", shortened(whole),
                  "': not a tensor literal (expected [..], ones(..), zeros(..), randn(..), rand(..), arange(..) "
                  "or empty(..))");
     ++end;
@@ -457,7 +455,7 @@ Tensor LiteralParser::applyMethods(Tensor t, std::string_view methods, std::stri
 IValue LiteralParser::parse(std::string_view text, const Type& type) {
   const std::string_view s = trim(text);
   auto fail = [&](const char* what) -> IValue {
-    STRATA_FAIL(Value, "cannot read '", text, "' as ", what);
+    STRATA_FAIL(Value, "cannot read '", shortened(text), "' as ", what);
   };
   switch (type.kind()) {
     case TypeKind::Optional:
@@ -539,5 +537,6 @@ IValue LiteralParser::parse(std::string_view text, const Type& type) {
     }
   }
 }
+
 
 }  // namespace strata::host

@@ -122,10 +122,17 @@ QJsonObject opJson(const OperatorName& name, bool with_table) {
 
 std::string answerDumpQuery(const std::string& op) {
   const OperatorName name = parseOperatorName(op);
-  STRATA_CHECK(Dispatcher::singleton().findOp(name).has_value(), NotImplemented, "no operator named ", name.str(),
+  STRATA_CHECK(Dispatcher::singleton().findOp(name).has_value(), NotImplemented, "no operator named ", shortened(name.str()),
                didYouMean(name.str(), liveOperatorNames()));
   const QJsonObject o{{"text", q(Dispatcher::singleton().dump(name))}, {"json", opJson(name, true)}};
   return QJsonDocument(o).toJson(QJsonDocument::Compact).toStdString();
+}
+
+std::string shortened(std::string_view whole) {
+  if (whole.size() <= 60) return std::string(whole);
+  size_t cut = 57;  // not inside a UTF-8 character
+  while (cut > 0 && (static_cast<unsigned char>(whole[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(whole.substr(0, cut)) + "... (" + std::to_string(whole.size()) + " bytes)";
 }
 
 }  // namespace strata::host

@@ -29,4 +29,8 @@ std::string didYouMean(const std::vector<std::string>& names);
 // Every live operator's qualified name, sorted.
 std::vector<std::string> liveOperatorNames();
 
+// A value as an error message quotes it: whole, or its start and its length when it
+// is long (a command line may hold a 100 KB argument).
+std::string shortened(std::string_view whole);
+
 }  // namespace strata::host

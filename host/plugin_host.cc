@@ -624,6 +624,9 @@ QStringList PluginHost::rescan() {
   }
   for (const QFileInfo& fi : entries) {
     if (!QLibrary::isLibrary(fi.fileName())) continue;
+    // Removed since the directory was listed (a copy's temporary name, a churn): not
+    // there, so not in the view, rather than called unreadable.
+    if (!QFileInfo(fi.absoluteFilePath()).exists() && !QFileInfo(fi.absoluteFilePath()).isSymLink()) continue;
     if (const QString why = fi.isSymLink() && !fi.exists() ? "a symbolic link that leads nowhere (its target is "
                                                                "missing, or the links go round in a loop)"
                             : !fi.isFile()                 ? "not a regular file (a FIFO, socket or device): not read"

@@ -617,6 +617,9 @@ int runPluginsCommand(const QStringList& args) {
           b.sha256 = v.sha256;
           b.state = v.state;
           b.reason = v.reason;
+          if (b.description.empty() && !v.version.empty()) {  // no host recorded it: the file's own metadata
+            if (const BundleFile f = readBundleFile(q(v.path)); f.metadata) b.description = s(f.metadata->description);
+          }
           rows.append(toJson(b));
           continue;
         }

@@ -80,7 +80,7 @@ AutocastSpec parseAutocastSpec(const std::string& text) {
   const std::string d = text.substr(colon + 1);
   spec.dtype = dtypeName(d);
   STRATA_CHECK(spec.dtype == ScalarType::BFloat16 || spec.dtype == ScalarType::Half, Value,
-               "the dtype must be bf16 (bfloat16) or f16 (float16), not '", d, "'");
+               "the dtype must be bf16 (bfloat16) or f16 (float16), not '", shortened(d), "'");
   return spec;
 }
 
@@ -105,7 +105,7 @@ std::vector<modes::Dim> parseVmapInDims(const std::string& text, size_t num_args
       } catch (const std::exception&) {
         used = 0;
       }
-      STRATA_CHECK(!item.empty() && used == item.size(), Value, "--vmap ", text, ": '", item,
+      STRATA_CHECK(!item.empty() && used == item.size(), Value, "--vmap ", shortened(text), ": '", shortened(item),
                    "' is not an in_dim (an integer or None)");
       dims.push_back(d);
     }
@@ -133,13 +133,13 @@ Stack bindArguments(const FunctionSchema& schema, const QStringList& words, uint
     std::string text = word;
     if (eq != std::string::npos && eq > 0 && word.find_first_of("[(") > eq) {
       auto idx = schema.argumentIndexWithName(word.substr(0, eq));
-      STRATA_CHECK(idx.has_value(), Value, schema.operator_name().str(), " has no argument named '", word.substr(0, eq),
+      STRATA_CHECK(idx.has_value(), Value, schema.operator_name().str(), " has no argument named '", shortened(word.substr(0, eq)),
                    "'");
       index = *idx;
       text = word.substr(eq + 1);
     } else {
       STRATA_CHECK(index < params.size() && !params[index].kwarg_only, Value, schema.operator_name().str(), " takes ",
-                   index, " positional arguments; '", word, "' is one too many");
+                   index, " positional arguments; '", shortened(word), "' is one too many");
       next = index + 1;
     }
     STRATA_CHECK(!given[index].has_value(), Value, "argument '", params[index].name, "' given twice");
@@ -380,7 +380,7 @@ int runDumpCommand(const QStringList& args) {
     }
     auto session = openSession(parser, true, true);
     const OperatorName name = parseOperatorName(op);
-    STRATA_CHECK(Dispatcher::singleton().findOp(name).has_value(), NotImplemented, "no operator named ", name.str(),
+    STRATA_CHECK(Dispatcher::singleton().findOp(name).has_value(), NotImplemented, "no operator named ", shortened(name.str()),
                  whyMissing(*session, name), didYouMean(name.str(), liveOperatorNames()));
     if (parser.isSet("json")) {
       out << QJsonDocument(opJson(name, true)).toJson(QJsonDocument::Indented);
@@ -638,7 +638,7 @@ int runCallCommand(const QStringList& args) {
     }
     if (candidates.empty()) {
       STRATA_CHECK(Dispatcher::singleton().findOp(wanted).has_value(), NotImplemented, "no operator named ",
-                   wanted.str(), whyMissing(*session, wanted), didYouMean(wanted.str(), liveOperatorNames()));
+                   shortened(wanted.str()), whyMissing(*session, wanted), didYouMean(wanted.str(), liveOperatorNames()));
       Dispatcher::singleton().findSchemaOrThrow(op_text);  // kernels but no schema: its own error
     }
     std::optional<OperatorHandle> chosen;

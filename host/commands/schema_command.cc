@@ -72,6 +72,7 @@ int runSchemaCommand(const QStringList& args) {
   std::string raw;
   for (int n = 1; std::getline(std::cin, raw); ++n) {
     if (!raw.empty() && raw.back() == '\r') raw.pop_back();  // CRLF, as QTextStream read it
+    if (n == 1 && raw.starts_with("\xEF\xBB\xBF")) raw.erase(0, 3);  // a byte order mark, as editors on Windows write
     const QByteArray bytes = QByteArray::fromStdString(raw);
     const QString line = QString::fromUtf8(bytes);
     const QString trimmed = line.trimmed();

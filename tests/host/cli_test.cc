@@ -85,6 +85,10 @@ TEST(CliSchemaTest, RoundTripsTheExamplesFromArguments) {
   const Result r = run(args);
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.out, expected);
+  // A byte order mark before the first line (as editors on Windows save) is not part of it.
+  const Result bom = run("schema", "\xEF\xBB\xBF" + std::string(kExamples[0]) + "\n");
+  EXPECT_EQ(bom.status, 0) << bom.out;
+  EXPECT_EQ(bom.out, std::string(kExamples[0]) + "\n");
 }
 
 TEST(CliSchemaTest, RoundTripsTheExamplesFromStdin) {
@@ -953,6 +957,9 @@ TEST(AdminCommands, ReadingMakesNoStoreAndMalformedFlagsAreNamed) {
     EXPECT_THAT(r.out, HasSubstr("note: no store at " + dir + "/typo.db; running with nothing disabled")) << cmd;
     EXPECT_FALSE(std::filesystem::exists(dir + "/typo.db")) << cmd;
   }
+  // A local scan's JSON has each bundle's description from its own metadata.
+  const Result listed = run("plugins list --json --plugins " STRATA_PLUGIN_BUILD_DIR " --db " + dir + "/typo.db");
+  EXPECT_THAT(listed.out, HasSubstr("\"description\": \"the torch.library examples: mylib::sin (cpu)"));
   const std::string db = " --db " + dir + "/s.db";
   ASSERT_EQ(run("kernel disable 'core:: neg' cpu --reason 'wrong sign'" + db).status, 0);
   Result r = run("call core::neg '[1]'" + db);
@@ -986,6 +993,15 @@ TEST(AdminCommands, ReadingMakesNoStoreAndMalformedFlagsAreNamed) {
   EXPECT_THAT(r.out, HasSubstr("expected an operator name, got '\xc3\xa9'"));
   r = run("dump 'a::b c'");
   EXPECT_THAT(r.out, HasSubstr("invalid operator name 'a::b c': 'c' after the operator name"));
+  // A long value is quoted by its start and its length, not echoed whole.
+  const std::string zs(5000, 'z');
+  for (const std::string& cmd : {"call core::add '[1.]' '[1.]' alpha=" + zs, "call a::" + zs, "dump " + q("a::" + zs + "("),
+                                 "call core::neg '[1]' " + zs}) {
+    r = run(cmd);
+    EXPECT_EQ(r.status, 1) << cmd.substr(0, 40);
+    EXPECT_LT(r.out.size(), 800u) << cmd.substr(0, 40) << "\n" << r.out.substr(0, 400);
+    EXPECT_THAT(r.out, HasSubstr("zzz...")) << r.out.substr(0, 400);
+  }
   std::system(("rm -rf " + dir).c_str());
 }
 

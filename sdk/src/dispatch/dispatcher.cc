@@ -1633,7 +1633,9 @@ OperatorName parseOperatorName(std::string_view op) {
   try {
     return parseName(op);
   } catch (const SchemaError& e) {
-    STRATA_FAIL(Value, "invalid operator name '", op, "': ", e.reason(), " (expected ns::name or ns::name.overload)");
+    // A long name is quoted by its start (a command line may hold 100 KB of it).
+    const std::string shown = op.size() <= 80 ? std::string(op) : std::string(op.substr(0, 77)) + "...";
+    STRATA_FAIL(Value, "invalid operator name '", shown, "': ", e.reason(), " (expected ns::name or ns::name.overload)");
   }
 }
 
