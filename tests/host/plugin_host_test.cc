@@ -278,6 +278,31 @@ TEST(PluginHost, ABundleMayImplementTheHostsOwnNamespace) {
   EXPECT_EQ(registrationsOwnedBy("implements_core@"), 0u);
 }
 
+// Two bundles that define one namespace, seen in one scan: the first by name loads
+// (whatever order the files were copied in), the other is rejected naming it; and a
+// bundle already running keeps the namespace when the other arrives.
+TEST(PluginHost, OfTwoBundlesDefiningANamespaceTheFirstByNameLoadsInOneScan) {
+  {
+    Env env;
+    env.add(plugin("mylib"));
+    env.add(testBundle("dup_define"));  // "dup_define" < "mylib"
+    PluginHost host(env.dir, env.store.get());
+    host.sync();
+    EXPECT_EQ(env.row("libdup_define.so").state, "loaded") << env.row("libdup_define.so").reason;
+    EXPECT_EQ(env.row("libmylib.so").state, "rejected");
+    EXPECT_THAT(env.row("libmylib.so").reason,
+                HasSubstr("defines namespace 'mylib', which bundle dup_define@1.0.0 already defines"));
+  }
+  Env env;
+  env.add(plugin("mylib"));
+  PluginHost host(env.dir, env.store.get());
+  host.sync();
+  env.add(testBundle("dup_define"));
+  host.sync();
+  EXPECT_EQ(env.row("libmylib.so").state, "loaded");
+  EXPECT_EQ(env.row("libdup_define.so").state, "rejected");
+}
+
 // Note [Plugin trust]: what others could have written is refused, with the reason in
 // the store and nothing of it registered, until it is safe again or allowed.
 TEST(PluginHost, RefusesBundlesOthersCouldHaveWritten) {
