@@ -1265,6 +1265,25 @@ void PluginHost::unload(const QString& name) {
   loaded_.erase(it);
 }
 
+// Note [A store removed while open] in store.cc: the host keeps the file it opened
+// (its kernel states, its record) and says so, once per change; reopening would
+// silently undo what an admin had switched off.
+void PluginHost::warnIfStoreGone() {
+  if (store_ == nullptr) return;
+  const std::string gone = store_->fileGone();
+  if (gone == store_gone_) return;
+  store_gone_ = gone;
+  const QString path = QString::fromStdString(store_->path());
+  if (gone.empty()) {
+    qCInfo(lcHost).noquote() << QString("the store %1 is the file this host opened again").arg(path);
+    return;
+  }
+  qCWarning(lcHost).noquote() << QString("the store %1 is no longer the file this host opened (%2): this host keeps "
+                                         "the file it opened, which admin commands naming the path no longer reach; "
+                                         "restart it to use a store at that path")
+                                     .arg(path, QString::fromStdString(gone));
+}
+
 void PluginHost::serve(const QString& host_id, int poll_ms) {
   db::HostRow me;
   me.id = host_id.toStdString();
@@ -1391,6 +1410,7 @@ void PluginHost::poll() {
   // such call has left (Note [Grace periods]); removals try at once, the poll retries.
   strata::Dispatcher::singleton().reclaimRetiredKernels();
   if (store_ == nullptr) return;
+  warnIfStoreGone();  // one stat()
   try {
     const int64_t v = store_->dataVersion();
     if (v == data_version_) return;

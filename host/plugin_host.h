@@ -231,6 +231,8 @@ class PluginHost : public QObject {
   void poll();
   void watchFiles();
   void watchDirectory();
+  void warnIfStoreGone();  // see its definition
+  std::string store_gone_;  // what warnIfStoreGone last said ("" while the store is the file opened)
   void answerQueries();
   void recordView(const QStringList& what);
 

@@ -5,6 +5,7 @@
 #include <QCryptographicHash>
 #include <QByteArray>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -45,6 +46,18 @@ namespace strata::db {
 // fails if the path exists. So a store path is either absent or a whole store: eight
 // processes creating one at the same instant all open the one that won, and an
 // empty file at the path is never something Strata left there, hence refused.
+
+// Note [A store removed while open]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Deleting a store's file while a host has it open leaves the host writing the
+// unlinked file, and its -wal and -shm files still at their names. SQLite finds
+// those by the store's name: a new store made at the path would take the old one's
+// write-ahead log for its own and replay foreign pages into itself. So a store is
+// never created beside a -wal or -shm file without its store (createAtomically
+// says which and what to do), and a serving host checks at every poll that the path
+// is still the file it opened, and warns once when it is not
+// (PluginHost::warnIfStoreGone): it keeps the state it has and the file it opened,
+// and a restart takes up whatever store is at the path then.
 
 // Note [The audit chain]
 // ~~~~~~~~~~~~~~~~~~~~~~~
@@ -317,6 +330,22 @@ void Store::createAtomically(const std::string& path) {
   if (::access(folder.c_str(), W_OK | X_OK) != 0) {
     throw StoreError("store " + path + ": cannot create it in " + folder + ": " + std::strerror(errno));
   }
+  // Note [A store removed while open]: -wal or -shm files with no store are a removed
+  // store's, perhaps still open in a host. A new store at the path would take them
+  // as its own (SQLite finds them by name) and replay the old store's pages into
+  // itself. (They are looked at before the path: a store another process has just
+  // linked into place makes its -wal only after the link.)
+  std::vector<std::string> left;
+  for (const char* suffix : {"-wal", "-shm"}) {
+    if (std::filesystem::exists(path + suffix, ec)) left.push_back(path + suffix);
+  }
+  if (!left.empty() && !std::filesystem::exists(path, ec)) {
+    throw StoreError("store " + path + ": cannot create it: " + left.front() +
+                     (left.size() > 1 ? " and " + left.back() + " are" : std::string(" is")) +
+                     " left from a store removed while a process had it open (a running strata serve?) or after a "
+                     "crash, and a new store would read them as its own; stop any host that used the old store, "
+                     "then remove them");
+  }
   // Built under a name of its own in the same folder (short, whatever the store's
   // name), then linked into place; an error names the store, never this file.
   const std::string tmp = (std::filesystem::path(folder) /
@@ -478,6 +507,10 @@ Store::Store(const std::string& path) : path_(path) {
   if (!std::filesystem::exists(path, ec)) createAtomically(path);
   refuseTruncated();
   openConnection(/*create=*/false);
+  if (struct stat st{}; ::stat(path.c_str(), &st) == 0) {
+    dev_ = st.st_dev;
+    ino_ = st.st_ino;
+  }
   try {
     refuseUnmarked();  // before anything writes to the file
     useWal();
@@ -487,6 +520,16 @@ Store::Store(const std::string& path) : path_(path) {
     db_ = nullptr;
     throw;
   }
+}
+
+std::string Store::fileGone() const {
+  if (ino_ == 0) return "";
+  struct stat st{};
+  if (::stat(path_.c_str(), &st) != 0) return errno == ENOENT ? "it was removed" : "it cannot be read: " + std::string(std::strerror(errno));
+  if (static_cast<uint64_t>(st.st_dev) != dev_ || static_cast<uint64_t>(st.st_ino) != ino_) {
+    return "another file replaced it";
+  }
+  return "";
 }
 
 Store::~Store() {

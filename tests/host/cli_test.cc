@@ -778,6 +778,27 @@ TEST(ServeEndToEnd, RefusesAMissingDirectoryAndLogsEachChangeOnceWithATime) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// Note [A store removed while open]: a serving host whose store file is deleted says
+// so once and keeps running on the file it opened; no new store is made over the
+// old one's -wal and -shm files, and the error says why and what to do.
+TEST(ServeEndToEnd, AStoreRemovedUnderAHostIsSaidAndNotRecreatedOverItsLog) {
+  char tmpl[] = "/tmp/strata-gone-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string db = dir + "/s.db";
+  ASSERT_EQ(std::system(("mkdir -p " + dir + "/p && cp " STRATA_PLUGIN_BUILD_DIR "/libmylib.so " + dir + "/p").c_str()), 0);
+  ServeProcess serve(dir, dir + "/p", db);
+  serve.waitFor("ready.", 100);
+  ASSERT_EQ(::unlink(db.c_str()), 0);
+  serve.waitFor("is no longer the file this host opened (it was removed)", 60);
+  const Result r = run("kernel disable mylib::sin cpu --db " + db);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("store " + db + ": cannot create it: " + db + "-wal and " + db +
+                               "-shm are left from a store removed while a process had it open"));
+  EXPECT_FALSE(std::filesystem::exists(db));
+  EXPECT_EQ(serve.stop(), 0);
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // What a copy in two steps and a directory removed and made again look like to a
 // serving host: the file first rejected (half written) loads once the rest arrives,
 // and the host watches the directory made again.

@@ -130,6 +130,10 @@ class Store {
   Store& operator=(const Store&) = delete;
 
   const std::string& path() const { return path_; }
+  // "" while path() still names the file this store opened; else what happened to it
+  // ("it was removed", "another file replaced it"). A connection keeps writing the
+  // file it opened, which a command naming the path no longer reaches.
+  std::string fileGone() const;
   // How long a statement waits for another connection's lock before it fails with
   // "database is locked" (default kBusyTimeout: a host's whole rescan).
   static constexpr std::chrono::milliseconds kBusyTimeout{30000};
@@ -240,6 +244,7 @@ class Store {
   Store(const std::string& path, Creating);  // a connection that creates the file, nothing more
 
   std::string path_;
+  uint64_t dev_ = 0, ino_ = 0;  // the file opened (fileGone)
   sqlite3* db_ = nullptr;
   int depth_ = 0;  // transaction() nesting
   std::chrono::milliseconds busy_timeout_ = kBusyTimeout;
