@@ -162,7 +162,15 @@ TEST(Concurrency, ABatchSwapsAnOpsDefinitionWithoutAGap) {
     rule = {};
     EXPECT_EQ(callFrom({ones({1})}), "1");  // the old def, kernel and rule stay up
     EXPECT_TRUE(ruleSeen());
+    // ... for other threads: this one, registering the next version, no longer finds
+    // the def it took down, so nothing can be hung on an op about to go.
+    EXPECT_FALSE(Dispatcher::singleton().findSchema(parseOperatorName("swapns::f")).has_value());
+    bool other_finds = false;
+    std::thread([&] { other_finds = Dispatcher::singleton().findSchema(parseOperatorName("swapns::f")).has_value(); })
+        .join();
+    EXPECT_TRUE(other_finds);
     v2 = version(2);
+    EXPECT_TRUE(Dispatcher::singleton().findSchema(parseOperatorName("swapns::f")).has_value());
     EXPECT_EQ(callFrom({ones({1})}), "1");
     EXPECT_TRUE(ruleSeen());
   }

@@ -550,16 +550,17 @@ class STRATA_API Dispatcher {
 // that causes them) but no dispatch table is republished: calls on other threads
 // keep seeing the tables as they were. When the batch ends, every table it touched
 // is recomputed and published under one hold of the dispatcher's lock. Schemas and
-// rules go with the tables: a def the batch removes keeps its schema up until the
-// end (so an op removed and defined again, as a bundle's next version does, is
-// never missing in between), a rule set changes at the end too, and a def that puts
+// rules go with the tables: a def the batch removes keeps its schema up for other
+// threads until the end (so an op removed and defined again, as a bundle's next
+// version does, is never missing in between; the batch's own thread no longer finds
+// it, so nothing is hung on an op about to go), a rule set changes at the end too, and a def that puts
 // up a different schema publishes its op's table at once, before the schema, so no
 // kernel of the old schema is ever called with the new one's arguments. The host
 // loads a bundle inside a batch, and on failure removes what the bundle registered
 // before the batch ends, so calls see the bundle all at once or not at all (Note
 // [The load transaction] in host/); it swaps versions inside one (Note [A swap
-// without a gap] in host/plugin_host.cc). One thread at a time may hold a batch; batches
-// nest on that thread. A registration another thread makes meanwhile on an op the
+// without a gap] in host/plugin_host.cc). One thread at a time may hold a batch (another
+// thread's batch waits for it to end, as for a lock); batches nest on that thread. A registration another thread makes meanwhile on an op the
 // batch touched republishes that op's table as it then stands, staged kernels
 // included: batches keep calls from seeing a half-loaded bundle, they do not isolate
 // two registering threads (the host registers from one thread).

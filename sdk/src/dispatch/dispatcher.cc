@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iomanip>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -536,6 +537,7 @@ struct Dispatcher::Impl {
   // entry; the batch publishes every marked entry at once when it ends.
   int batch_depth = 0;
   std::thread::id batch_thread;
+  std::condition_variable batch_free;  // notified when batch_depth drops to 0
   std::set<OperatorEntry*> batch_dirty;
   bool batch_all = false;
 
@@ -553,6 +555,7 @@ struct Dispatcher::Impl {
   // and rules (Note [Registration batches]).
   void publishStaged(OperatorEntry& e) {
     if (!e.def) e.info.store(nullptr, std::memory_order_release);
+    e.def_down_in_batch.store(false, std::memory_order_relaxed);
     publishRuleSet(e);
   }
   // The rule set calls read becomes the one registrations hold.
@@ -778,6 +781,12 @@ std::optional<OperatorHandle> Dispatcher::findSchema(const OperatorName& name) {
   // has a def.
   OperatorEntry* e = impl_->findLockFree(name);
   if (e == nullptr || e->info.load(std::memory_order_acquire) == nullptr) return std::nullopt;
+  if (e->def_down_in_batch.load(std::memory_order_relaxed)) [[unlikely]] {
+    // A batch took the def down: other threads still find it until the batch ends,
+    // the batch's own thread (a new version registering) does not.
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->inBatch() && !e->def) return std::nullopt;
+  }
   return e->handle();
 }
 
@@ -868,6 +877,7 @@ RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOp
     Impl::publishRuleSet(e);
   }
   e.info.store(info, std::memory_order_release);
+  e.def_down_in_batch.store(false, std::memory_order_relaxed);
   OperatorEntry* ep = &e;
   return RegistrationHandleRAII([this, ep, id] {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -877,6 +887,7 @@ RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOp
     // version defining the op again puts the same schema back): calls never see the
     // op missing in between.
     if (!impl_->inBatch()) ep->info.store(nullptr, std::memory_order_release);
+    else ep->def_down_in_batch.store(true, std::memory_order_relaxed);
     impl_->recompute(*ep);
   });
 }
@@ -1293,8 +1304,8 @@ bool DeferReclaim::active() noexcept { return tls_defer_reclaim != 0; }
 RegistrationBatch::RegistrationBatch() : d_(&Dispatcher::singleton()) {
   auto& impl = *d_->impl_;
   std::unique_lock<std::mutex> lock(impl.mu);
-  STRATA_CHECK(impl.batch_depth == 0 || impl.batch_thread == std::this_thread::get_id(), Value,
-               "a registration batch is already open on another thread");
+  // Another thread's batch (a host's rescan) is waited for, as a lock is.
+  impl.batch_free.wait(lock, [&] { return impl.batch_depth == 0 || impl.batch_thread == std::this_thread::get_id(); });
   impl.batch_thread = std::this_thread::get_id();
   ++impl.batch_depth;
 }
@@ -1318,6 +1329,7 @@ RegistrationBatch::~RegistrationBatch() {
     impl.batch_dirty.clear();
     impl.batch_all = false;
     impl.batch_thread = {};
+    impl.batch_free.notify_all();
     if (impl.retired.empty() && impl.retired_rules.empty()) return;
   }
   d_->reclaimRetiredKernels();

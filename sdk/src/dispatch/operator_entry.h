@@ -114,6 +114,9 @@ class OperatorEntry {
 
   std::optional<DefRecord> def;
   std::atomic<const OperatorInfo*> info{nullptr};
+  // A batch took the def down and keeps `info` up for other threads until it ends
+  // (Note [Registration batches]); the batch's own thread must not find it.
+  std::atomic<bool> def_down_in_batch{false};
   std::vector<std::unique_ptr<const OperatorInfo>> info_versions;
 
   // Per key, newest first.
