@@ -282,6 +282,11 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
       STRATA_CHECK(sizes.size() == 1, Value, "'", shortened(whole), "': arange(N) takes one size");
       t = arange(Scalar(int64_t{0}), Scalar(sizes[0]), Scalar(int64_t{1}), TensorOptions(dt));
     } else if (name == "randn" || name == "rand") {
+      // As torch.randn(3, dtype=torch.int64) refuses ("normal_kernel_cpu" not
+      // implemented for 'Long'), rather than make a tensor of zeros.
+      STRATA_CHECK(isFloatingType(dt), Value, "'", shortened(whole), "': ", name, " makes floating-point values, and ",
+                   toString(dt), " is not a floating-point type (convert after: ", name, "(..).to(", toString(dt),
+                   "))");
       std::vector<double> v(static_cast<size_t>(numel));
       std::normal_distribution<double> normal;
       std::uniform_real_distribution<double> uniform;

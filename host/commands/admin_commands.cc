@@ -803,6 +803,11 @@ int runKernelCommand(const QStringList& args) {
     err << args.first() << ": " << why << "\n";
     return kExitUsage;
   }
+  if (pos.size() > 3 && (pos[0] == "disable" || pos[0] == "enable")) {
+    err << args.first() << ": " << pos[0] << " takes OP DEVICE_OR_KEY; '" << q(shortened(s(pos[3])))
+        << "' is one argument too many\n";
+    return kExitUsage;
+  }
   if (pos.size() != 3 || (pos[0] != "disable" && pos[0] != "enable")) {
     err << args.first() << ": expected disable|enable OP DEVICE_OR_KEY\n" << helpText(parser, args.first());
     return kExitUsage;

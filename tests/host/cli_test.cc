@@ -390,6 +390,13 @@ TEST(CliCallTest, BadArgumentsAreClearErrors) {
     EXPECT_EQ(r.status, 1) << ragged << ": " << r.out;
     EXPECT_THAT(r.out, HasSubstr("a ragged nested list (numbers and lists at the same depth)")) << ragged;
   }
+  // randn and rand make floats, as torch.randn(3, dtype=torch.int64) refuses to make ints.
+  r = run("call core::clone 'randn(3):i64'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("'randn(3):i64': randn makes floating-point values, and int64 is not a floating-point "
+                               "type (convert after: randn(..).to(int64))"));
+  EXPECT_EQ(run("call core::clone 'rand(2):bool'").status, 1);
+  EXPECT_EQ(run("call core::clone 'rand(2):f64'").status, 0);
   // An integer dtype takes only the values it holds, as torch.tensor's does.
   for (const char* lit : {"'[300]:u8'", "'[-0.5]:u8'", "'[255.5]:u8'", "'[-256]:u8'", "'[1e10]:i32'", "'[nan]:i64'",
                           "'[inf]:i32'", "'[1,128]:i8'"}) {
@@ -915,6 +922,9 @@ TEST(AdminCommands, BadInputIsAClearErrorWithTheRightExitCode) {
   r = run("kernel frobnicate a::b cpu" + db);
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.out, ::testing::HasSubstr("expected disable|enable OP DEVICE_OR_KEY"));
+  r = run("kernel disable a::b cpu extra" + db);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("strata kernel: disable takes OP DEVICE_OR_KEY; 'extra' is one argument too many"));
   r = run("kernel disable a::b cpu --wait soon" + db);
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.out, ::testing::HasSubstr("--wait expects a number of seconds"));
