@@ -22,6 +22,7 @@
 #include <csignal>
 #include <set>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "commands/commands.h"
@@ -321,17 +322,23 @@ void applyTrustOptions(const QCommandLineParser& parser, PluginHost& host, db::S
   }
 }
 
+bool noStoreAt(const QString& path) {
+  struct stat st{};
+  return ::lstat(path.toLocal8Bit().constData(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR);
+}
+
 std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load_plugins, bool reads_only) {
   // Loading bundles is the host's news, not this command's: warnings only.
   QLoggingCategory::setFilterRules("strata.host.info=false\nstrata.host.debug=false");
   auto session = std::make_unique<Session>();
   const QString path = storeOption(parser);
-  const QFileInfo at(path);
   // A command that only reads runs on no store rather than make one (at a mistyped
   // --db, say): nothing is then disabled, pinned or trusted for it, and a store it was
-  // named on the command line is said to be missing. Running insecure bundles is still recorded.
-  const bool absent = !at.exists() && !at.isSymLink();
-  if (reads_only && absent && !(load_plugins && parser.isSet("allow-insecure-plugins"))) {
+  // named on the command line is said to be missing. Running insecure bundles is still
+  // recorded. Only a path that is not there is "no store": one this user cannot reach
+  // (a folder it may not search) goes on to db::Store, which says why, rather than
+  // run with kernels an admin disabled.
+  if (reads_only && noStoreAt(path) && !(load_plugins && parser.isSet("allow-insecure-plugins"))) {
     if (parser.isSet("db")) {  // named on this command line: perhaps mistyped
       QTextStream(stderr) << "note: no store at " << path
                           << "; running with nothing disabled, pinned or trusted (strata serve --db " << path
@@ -588,6 +595,15 @@ int runPluginsCommand(const QStringList& args) {
     }
     const bool scan = action == "list" || action == "show";
     if (action == "trusted") openExistingStore(storeOption(parser));  // a list read from no store would make one
+    // Undoing what no store holds changes nothing: said so, and no store is made (at a
+    // mistyped --db, say).
+    if ((action == "enable" || action == "unpin" || action == "untrust") && noStoreAt(storeOption(parser))) {
+      const char* what = action == "enable" ? "disabled" : action == "unpin" ? "pinned" : "trusted";
+      (action == "untrust" ? err : out) << (action == "untrust" ? "error: " : "") << "no store at "
+                                        << storeOption(parser) << ", so nothing is " << what
+                                        << "; nothing was changed\n";
+      return action == "untrust" ? kExitInvalidInput : kExitOk;
+    }
     auto session = openSession(parser, scan, scan);
     db::Store* const listed = session->store.get();  // none for a scan when there is no store
     const std::string actor = s(actorOption(parser));
@@ -857,6 +873,18 @@ int runKernelCommand(const QStringList& args) {
       err << "error: " << why << "\n";
       return kExitInvalidInput;
     }
+    if (enable && noStoreAt(storeOption(parser))) {  // nothing to undo, and no store is made
+      if (parser.isSet("json")) {
+        out << QJsonDocument(QJsonObject{{"op", q(op.str())}, {"key", toString(key)}, {"enabled", true},
+                                         {"change", QJsonValue()}, {"not_applied_by", QJsonArray()}})
+                   .toJson(QJsonDocument::Compact)
+            << "\n";
+      } else {
+        out << q(op.str()) << " " << toString(key) << " is enabled: there is no store at " << storeOption(parser)
+            << ", so nothing is disabled; nothing changed\n";
+      }
+      return kExitOk;
+    }
     db::Store store(s(storeOption(parser)));
     if (const QString why = parser.isSet("wait") ? noLiveHostToWaitFor(store, storeOption(parser)) : QString();
         !why.isEmpty()) {
@@ -1113,7 +1141,7 @@ std::string askRunningHost(db::Store& store, const db::HostRow& host, const std:
 }
 
 std::unique_ptr<db::Store> openExistingStore(const QString& path) {
-  if (!QFileInfo::exists(path)) {
+  if (noStoreAt(path)) {  // not there (a path this user cannot reach is db::Store's to explain)
     STRATA_FAIL(Value, "no store at ", path.toStdString(), " (a host creates it when it starts: strata serve --db ",
                 path.toStdString(), ")");
   }

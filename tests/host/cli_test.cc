@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "readme_example.h"
+#include "strata/db/store.h"
 #include "strata/plugin.h"  // STRATA_SDK_ABI_MAJOR / MINOR
 
 namespace {
@@ -1042,8 +1043,22 @@ TEST(AdminCommands, AToggleToTheStateAKernelIsInChangesNothing) {
   char tmpl[] = "/tmp/strata-noop-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string db = " --db " + dir + "/s.db";
-  Result r = run("kernel enable core::add.Tensor cpu" + db);
+  Result r = run("kernel enable core::add.Tensor cpu" + db);  // no store yet: none is made
   EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("core::add.Tensor CPU is enabled: there is no store at " + dir +
+                               "/s.db, so nothing is disabled; nothing changed"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/s.db"));
+  for (const char* undo : {"plugins enable mylib", "plugins unpin mylib"}) {
+    r = run(std::string(undo) + db);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("no store at " + dir + "/s.db, so nothing is "));
+  }
+  EXPECT_EQ(run("plugins untrust mylib" + db).status, 1);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/s.db"));
+  ASSERT_EQ(run("kernel disable core::add.Tensor cpu --reason slow" + db).status, 0);
+  r = run("kernel enable core::add.Tensor cpu --reason slow" + db);
+  EXPECT_THAT(r.out, HasSubstr("enabled core::add.Tensor CPU (change"));
+  r = run("kernel enable core::add.Tensor cpu --reason slow" + db);
   EXPECT_THAT(r.out, HasSubstr("core::add.Tensor CPU is already enabled; nothing changed"));
   ASSERT_EQ(run("kernel disable core::add.Tensor cpu --reason slow" + db).status, 0);
   r = run("kernel disable core::add.Tensor cpu --reason slow" + db);
@@ -1053,7 +1068,7 @@ TEST(AdminCommands, AToggleToTheStateAKernelIsInChangesNothing) {
   r = run("audit --json" + db);
   size_t rows = 0;
   for (size_t at = r.out.find("kernel."); at != std::string::npos; at = r.out.find("kernel.", at + 1)) ++rows;
-  EXPECT_EQ(rows, 2u) << r.out;  // the two disables, not the no-ops
+  EXPECT_EQ(rows, 4u) << r.out;  // the three disables and the enable, not the no-ops
   std::system(("rm -rf " + dir).c_str());
 }
 
@@ -1224,7 +1239,7 @@ TEST(AdminCommands, WaitTimesOutNamingTheHostsBehind) {
   char tmpl[] = "/tmp/strata-wait-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string db = dir + "/s.db";
-  ASSERT_EQ(run("kernel enable a::b cpu --db " + db).status, 0);  // an admin command makes the store
+  { strata::db::Store made(db); }  // an empty store
   // A host on another machine that heartbeats but never applies anything.
   ASSERT_EQ(std::system(("sqlite3 " + db + " \"INSERT INTO hosts (id, pid) VALUES ('elsewhere:42', 42)\"").c_str()), 0);
   Result r = run("kernel disable a::b cpu --wait 0.3 --db " + db);
@@ -1244,7 +1259,7 @@ TEST(AdminCommands, BundleChangesWaitLikeKernelToggles) {
   char tmpl[] = "/tmp/strata-bwait-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string db = " --db " + dir + "/s.db";
-  ASSERT_EQ(run("kernel enable a::b cpu" + db).status, 0);  // an admin command makes the store
+  { strata::db::Store made(dir + "/s.db"); }  // an empty store
   for (const char* change : {"pin muladd 1.0.0", "unpin muladd", "disable mylib --reason r", "enable mylib"}) {
     const Result r = run(std::string("plugins ") + change + " --wait 1" + db);
     EXPECT_EQ(r.status, 1) << change << ": " << r.out;
@@ -1472,7 +1487,7 @@ TEST(CallAutocast, ExplainShowsTheCastsAndTheVersionsDiffer) {
   char tmpl[] = "/tmp/strata-autocast-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string opts = " --plugins " STRATA_PLUGIN_BUILD_DIR " --db " + dir + "/s.db";
-  ASSERT_EQ(run("kernel enable a::b cpu --db " + dir + "/s.db").status, 0);  // a store: no "no store" note
+  { strata::db::Store made(dir + "/s.db"); }  // a store: no "no store" note
   const std::string call = "call extension_cpp::mymuladd '[1.,2.,3.]' '[2.,2.,2.]' 1.0";
   Result r = run(call + " --autocast cpu:bf16 --explain" + opts);
   EXPECT_EQ(r.status, 0) << r.out;
@@ -1554,7 +1569,7 @@ TEST(CallVmap, ExplainNamesTheRuleOrTheFallback) {
   char tmpl[] = "/tmp/strata-vmap-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string opts = " --plugins " STRATA_PLUGIN_BUILD_DIR " --db " + dir + "/s.db";
-  ASSERT_EQ(run("kernel enable a::b cpu --db " + dir + "/s.db").status, 0);  // a store: no "no store" note
+  { strata::db::Store made(dir + "/s.db"); }  // a store: no "no store" note
   const std::string call = "call extension_cpp::mymuladd '[[1.,2.],[3.,4.],[5.,6.]]' '[2.,3.]' 1.0";
   Result r = run(call + " --vmap 0,None,None --explain" + opts);
   EXPECT_EQ(r.status, 0) << r.out;

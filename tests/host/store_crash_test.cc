@@ -144,7 +144,7 @@ TEST(StoreUnderKill, FiftyRoundsOfKilledHostsAndWriters) {
   TempDir d;
   const std::string plugins = d.path + "/plugins", db = d.path + "/s.db", errors = d.path + "/errors.log";
   ASSERT_EQ(sh("mkdir -p " + plugins + " && cp " STRATA_PLUGIN_BUILD_DIR "/libmuladd_1_0_0.so " + plugins).status, 0);
-  ASSERT_EQ(sh(q(kCli) + " kernel enable a::b cpu --db " + q(db)).status, 0);  // creates it (creation under SIGKILL: Note [Creating a store])
+  { Store made(db); }  // creation under SIGKILL: Note [Creating a store]
   std::mt19937 rng(20261123);
   std::uniform_int_distribution<int> delay_ms(50, 400);
   const char* keys[] = {"cpu", "cpu", "meta", "meta"};
@@ -213,7 +213,7 @@ TEST(StoreUnderKill, FiftyRoundsOfKilledHostsAndWriters) {
 TEST(StoreUnderLoad, EightWritersNeverSeeBusyAndEachCommandHasOneAuditRow) {
   TempDir d;
   const std::string db = d.path + "/s.db", ok_file = d.path + "/ok", errors = d.path + "/errors.log";
-  ASSERT_EQ(sh(q(kCli) + " kernel enable a::b cpu --db " + q(db)).status, 0);  // created before the rush
+  { Store made(db); }  // created before the rush
   constexpr int kWriters = 8, kEach = 15;
   std::vector<pid_t> procs;
   for (int w = 0; w < kWriters; ++w) {
