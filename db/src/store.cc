@@ -461,6 +461,13 @@ void refuseUnusablePath(const std::string& path) {
                        ", which does not exist; make the link point at a store, or name a store file");
     }
   }
+  // A path this user cannot reach (a folder on the way it may not search) is not a
+  // missing store to create.
+  if (struct stat st{}; ::stat(path.c_str(), &st) != 0 && errno != ENOENT && errno != ENOTDIR && errno != ELOOP) {
+    const int err = errno;
+    throw StoreError("store " + path + ": cannot open: " + std::strerror(err) +
+                     (err == EACCES ? " (a folder on the way that this user may not search)" : ""));
+  }
   // SQLite keeps a store's -wal and -shm files beside it: a directory there is in its way.
   for (const char* suffix : {"-wal", "-shm", "-journal"}) {
     if (fs::is_directory(path + suffix, ec)) {

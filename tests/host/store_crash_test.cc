@@ -322,6 +322,16 @@ TEST(BadStoreFiles, EachIsRefusedWithItsReasonAndLeftUnchanged) {
     EXPECT_THAT(r.out, HasSubstr(in_ro + ": cannot open: its folder " + folder + " is not writable (Permission "
                                  "denied), and SQLite keeps the store's -wal and -shm files beside it"));
     EXPECT_EQ(bytes(in_ro), good_bytes);
+    // A store behind a folder this user may not search is an error for a command that
+    // only reads, not "no store" (it would run the kernels an admin disabled there).
+    const std::string hidden = d.path + "/hidden";
+    ASSERT_TRUE(std::filesystem::create_directory(hidden));
+    ASSERT_EQ(sh(q(kCli) + " kernel disable core::neg cpu --db " + q(hidden + "/s.db")).status, 0);
+    ASSERT_EQ(::chmod(hidden.c_str(), 0700), 0);
+    r = sh(as_user + q(kCli) + " call core::neg '[1]' --db " + q(hidden + "/s.db"));
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_THAT(r.out, HasSubstr(hidden + "/s.db: cannot open: Permission denied (a folder on the way"));
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("tensor(")));
   }
 
   // A full disk (a file-size limit): the change is refused, named, and rolled back.
