@@ -28,6 +28,7 @@
 #include <QEventLoop>
 
 #include <algorithm>
+#include <cstdio>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -201,6 +202,15 @@ Host::Host(HostOptions options) : impl_(std::make_unique<Impl>()) {
 }
 
 Host::~Host() {
+  if (impl_->thread.joinable() && RegistrationBatch::heldByThisThread()) {
+    // Stopping would wait for the host's thread, which may be waiting for this
+    // thread's batch: a hang. Said, then ended, as a joinable std::thread's
+    // destruction ends a program.
+    std::fputs("strata host: a running Host was destroyed inside a RegistrationBatch on the same thread; end the "
+               "batch first (or stop() the host before it)\n",
+               stderr);
+    std::terminate();
+  }
   try {
     stop();
   } catch (...) {  // a store that went away: the process is ending the host anyway
@@ -255,9 +265,20 @@ void Host::Impl::stopOnHostThread() {
   store->markHostStopped(options.id);
 }
 
+// The host's thread registers inside batches of its own, which wait for one this
+// thread holds: waiting for that thread from inside a batch would never end.
+static void refuseInsideABatch(const char* what) {
+  if (RegistrationBatch::heldByThisThread()) {
+    throw HostError(std::string("strata host: ") + what + " inside a RegistrationBatch: this thread holds one, and "
+                    "the host's thread, which loads bundles in a batch of its own, would wait for it; " + what +
+                    " the host outside the batch");
+  }
+}
+
 void Host::start() {
   Impl& d = *impl_;
   if (d.thread.joinable()) return;
+  refuseInsideABatch("start");
   const QFileInfo dir(q(d.options.plugin_dir));
   if (!dir.exists()) {
     throw HostError("the plugin directory " + d.options.plugin_dir + " does not exist");
@@ -288,6 +309,7 @@ void Host::start() {
 void Host::stop() {
   Impl& d = *impl_;
   if (!d.thread.joinable()) return;
+  refuseInsideABatch("stop");
   std::exception_ptr failure;
   try {
     d.onHostThread([&d] { d.stopOnHostThread(); });

@@ -745,8 +745,8 @@ QStringList PluginHost::rescan() {
   // the old version's kernel, whose code stays mapped). An op whose schema changes
   // answers "no kernel" from its new def until the batch ends (Note [Registration
   // batches]). Not with --check: the checks call the new version's ops, which must be
-  // published first. Another thread that opens a batch meanwhile is refused, as for
-  // any batch.
+  // published first. Another thread that opens a batch meanwhile waits for this one
+  // to end, as for any batch.
   std::optional<RegistrationBatch> swap;
   if (check_ == CheckPolicy::off && !to_unload.empty()) swap.emplace();
   std::vector<QString> order(to_unload.begin(), to_unload.end());

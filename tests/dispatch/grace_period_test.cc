@@ -216,6 +216,39 @@ TEST(GracePeriod, AForkedChildKeepsOnlyItsOwnThreadAndFrees) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "2: other threads kept in the child's registry; 3: not freed";
 }
 
+// A batch another thread holds across a fork has no thread to end it in the child:
+// the child ends it (publishing what it staged), and the child's own batch opens
+// rather than wait forever.
+TEST(GracePeriod, AForkedChildIsNotHeldByAnotherThreadsBatch) {
+  Library def(Library::DEF, "gp_fork_batch");
+  std::atomic<bool> holding{false}, release{false};
+  std::thread holder([&] {
+    RegistrationBatch batch;
+    def.def("staged(Tensor x) -> Tensor");  // published when the batch ends
+    holding = true;
+    while (!release.load()) std::this_thread::sleep_for(100us);
+  });
+  waitFor(holding);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(20);  // a hang fails the test rather than stall it
+    int ok = 0;
+    {
+      RegistrationBatch mine;  // waited for a thread that is not here, before
+      if (RegistrationBatch::heldByThisThread() != true) ok = 2;
+    }
+    if (!Dispatcher::singleton().findSchema(parseOperatorName("gp_fork_batch::staged")).has_value()) ok = 3;
+    _exit(ok);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  release = true;
+  holder.join();
+  ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit (killed by its alarm: it hung)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: the batch was not this thread's; 3: the staged def was lost";
+}
+
 // A thread that makes long calls back to back is almost never between calls; its
 // next call (a new generation) shows it left the one it was in.
 TEST(GracePeriod, AThreadMakingLongCallsBackToBackHoldsBackOnlyItsCurrentCall) {

@@ -186,6 +186,31 @@ TEST(EmbeddedHost, ReportsARejectedBundleWithItsReasonAtStart) {
   EXPECT_EQ(host.bundles()[0].state, "rejected");
 }
 
+// The host's thread loads in batches of its own, which wait for one this thread
+// holds: start() and stop() inside a batch are errors, not a hang.
+TEST(EmbeddedHost, StartAndStopInsideARegistrationBatchAreErrorsNotAHang) {
+  EmbeddedHostEnv env;
+  Host host(env.options());
+  {
+    RegistrationBatch batch;
+    try {
+      host.start();
+      FAIL() << "start() inside a batch";
+    } catch (const HostError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("strata host: start inside a RegistrationBatch: this thread holds one"));
+    }
+  }
+  host.start();
+  EXPECT_TRUE(host.running());
+  {
+    RegistrationBatch batch;
+    EXPECT_THROW(host.stop(), HostError);
+    EXPECT_TRUE(host.running());
+  }
+  host.stop();
+  EXPECT_FALSE(host.running());
+}
+
 TEST(EmbeddedHost, BadOptionsAndStoresAreErrorsNamingTheThing) {
   EmbeddedHostEnv env;
   HostOptions o = env.options();

@@ -570,6 +570,9 @@ class STRATA_API RegistrationBatch {
   RegistrationBatch(const RegistrationBatch&) = delete;
   RegistrationBatch& operator=(const RegistrationBatch&) = delete;
   ~RegistrationBatch();
+  // Whether the calling thread holds a batch: code that waits for another thread
+  // which may open one (an embedded host's thread) must not, or it waits forever.
+  static bool heldByThisThread();
 
  private:
   Dispatcher* d_;

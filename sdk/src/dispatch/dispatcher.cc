@@ -745,6 +745,23 @@ void Dispatcher::Impl::forkParent() {
 }
 void Dispatcher::Impl::forkChild() {
   detail::registryForkChild();
+  // A batch another thread held has no thread to end it in the child: it ends here,
+  // published as it stands, or the child's first batch would wait forever. The
+  // condition variable is made anew: its waiters were the parent's.
+  Impl& impl = *fork_impl;
+  new (&impl.batch_free) std::condition_variable();
+  if (impl.batch_depth > 0 && impl.batch_thread != std::this_thread::get_id()) {
+    impl.batch_depth = 0;
+    impl.batch_thread = {};
+    for (auto& [_, e] : impl.ops) {
+      if (impl.batch_all || impl.batch_dirty.count(e.get()) != 0) {
+        impl.publish(*e);
+        impl.publishStaged(*e);
+      }
+    }
+    impl.batch_dirty.clear();
+    impl.batch_all = false;
+  }
   fork_impl->mu.unlock();
   fork_impl->reclaim_mu.unlock();
 }
@@ -1308,6 +1325,12 @@ RegistrationBatch::RegistrationBatch() : d_(&Dispatcher::singleton()) {
   impl.batch_free.wait(lock, [&] { return impl.batch_depth == 0 || impl.batch_thread == std::this_thread::get_id(); });
   impl.batch_thread = std::this_thread::get_id();
   ++impl.batch_depth;
+}
+
+bool RegistrationBatch::heldByThisThread() {
+  auto& impl = *Dispatcher::singleton().impl_;
+  std::lock_guard<std::mutex> lock(impl.mu);
+  return impl.inBatch();
 }
 
 RegistrationBatch::~RegistrationBatch() {

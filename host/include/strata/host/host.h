@@ -139,6 +139,10 @@ class STRATA_HOST_API Host {
   // Stops watching, unloads every bundle (their registrations go; calls already
   // inside a kernel finish), and marks the host stopped in the store, which keeps
   // its last view. Idempotent; safe when start() was never called.
+  // start() and stop() throw HostError on a thread that holds a RegistrationBatch
+  // (the host's thread loads in a batch of its own, which would wait for it), and
+  // destroying a running Host there ends the program, as a joinable std::thread's
+  // destruction does: end the batch first.
   void stop();
 
   bool running() const;
