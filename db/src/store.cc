@@ -57,7 +57,10 @@ namespace strata::db {
 // says which and what to do), and a serving host checks at every poll that the path
 // is still the file it opened, and warns once when it is not
 // (PluginHost::warnIfStoreGone): it keeps the state it has and the file it opened,
-// and a restart takes up whatever store is at the path then.
+// and a restart takes up whatever store is at the path then. A file moved or
+// copied over a store in use cannot be told from the store (its -wal and -shm are
+// there, by name): the next process replays the old log into it. The README says
+// never to; restore a backup with the hosts stopped.
 
 // Note [The audit chain]
 // ~~~~~~~~~~~~~~~~~~~~~~~
