@@ -26,15 +26,18 @@ namespace {
 // Who disabled the kernel a failed call needed, and how to turn it on again: the
 // store's record of each disabled kernel of `op`, when the dispatcher said that a
 // disabled kernel left no kernel to run. "" otherwise.
-std::string whyDisabled(const Session& session, const OperatorName& op, const std::exception& failure) {
+std::string whyDisabled(const Session& session, const std::exception& failure) {
   const auto* e = dynamic_cast<const Error*>(&failure);
-  if (e == nullptr || e->kind() != ErrorKind::NotImplemented || session.store == nullptr ||
-      std::string_view(e->what()).find("kernel is disabled") == std::string_view::npos) {
-    return "";
-  }
+  if (e == nullptr || e->kind() != ErrorKind::NotImplemented || session.store == nullptr) return "";
+  // "OP: no kernel for dispatch key K (...): its KEY kernel is disabled (...)": the op
+  // that failed (perhaps one the called op calls) and each disabled key named.
+  const std::string_view what = e->what();
   std::string out;
   for (const db::KernelStateRow& k : session.store->kernelStates()) {
-    if (k.enabled || k.op != op.str()) continue;
+    if (k.enabled || !what.starts_with(k.op + ": no kernel") ||
+        what.find("its " + k.key + " kernel is disabled") == std::string_view::npos) {
+      continue;
+    }
     out += "\n  " + k.op + " " + k.key + " was disabled by " + k.actor + " at " + k.time +
            (k.reason.empty() ? "" : " (" + k.reason + ")") + ": `strata kernel enable " + k.op + " " + k.key +
            "` turns it on";
@@ -620,7 +623,6 @@ int runCallCommand(const QStringList& args) {
     return kExitUsage;
   }
   std::unique_ptr<Session> session;
-  std::optional<OperatorName> called;
   try {
     session = openSession(parser, true, true);
     const std::string op_text = positional.first().toStdString();
@@ -657,7 +659,6 @@ int runCallCommand(const QStringList& args) {
     STRATA_CHECK(chosen.has_value(), Value,
                  candidates.size() == 1 ? first_error : "no overload of " + wanted.name + " takes these arguments:" + first_error);
     const OperatorHandle op = *chosen;
-    called = op.operator_name();
     std::vector<std::shared_ptr<modes::DispatchMode>> pushed;
     // The fake mode goes first, under any --mode: those see the call and pass it down.
     std::shared_ptr<modes::FakeTensorMode> fake;
@@ -724,7 +725,7 @@ int runCallCommand(const QStringList& args) {
     }
     return kExitOk;
   } catch (const std::exception& e) {
-    err << "error: " << e.what() << (session && called ? q(whyDisabled(*session, *called, e)) : QString()) << "\n";
+    err << "error: " << e.what() << (session ? q(whyDisabled(*session, e)) : QString()) << "\n";
     return kExitInvalidInput;
   }
 }

@@ -725,7 +725,9 @@ RegistrationHandleRAII registerFormula(std::shared_ptr<Formula> f, bool allow_ov
   // backward, as PyTorch's, for the positional ones (keyword-only inputs travel beside).
   if (f->builtin && !f->setup_kw) f->num_positional = schema.arguments().size();
   std::shared_ptr<const Formula> cf = f;
-  std::string what = f->builtin ? "autograd formula " + f->node_name : "autograd formula (register_autograd)";
+  std::string what = !f->builtin                ? "autograd formula (register_autograd)"
+                     : f->node_name.empty()      ? "autograd formula: not differentiable"
+                                                 : "autograd formula " + f->node_name;
   return d.registerImpl(op.operator_name(), DispatchKey::Autograd,
                         KernelFunction::makeFromBoxedFunctor(
                             [cf](const OperatorHandle& o, DispatchKeySet ks, Stack& stack) {

@@ -1000,6 +1000,16 @@ TEST(AdminCommands, ReadingMakesNoStoreAndMalformedFlagsAreNamed) {
                                "disabled (set_kernel_enabled)"));
   EXPECT_THAT(r.out, HasSubstr("core::neg CPU was disabled by "));
   EXPECT_THAT(r.out, HasSubstr(" (wrong sign): `strata kernel enable core::neg CPU` turns it on"));
+  // Only the disabled kernel that would have served the call is named: one at an
+  // alias key ("default") too, and not another key's of the same op.
+  ASSERT_EQ(run("kernel disable core::neg AutogradCPU" + db).status, 0);
+  r = run("call core::neg '[1]'" + db);
+  EXPECT_THAT(r.out, Not(HasSubstr("core::neg AutogradCPU was disabled")));
+  ASSERT_EQ(run("kernel disable core::rand_like default" + db).status, 0);
+  r = run("call core::rand_like '[1.]'" + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("its CompositeExplicitAutograd kernel is disabled (set_kernel_enabled)"));
+  EXPECT_THAT(r.out, HasSubstr("core::rand_like CompositeExplicitAutograd was disabled by "));
   r = run("audit --op 'core:: neg'" + db);  // an op written as `kernel` takes it
   EXPECT_THAT(r.out, HasSubstr("kernel.disable  core::neg CPU: enabled -> disabled"));
   r = run("audit --since 2026-11-27T25:00" + db);

@@ -1580,10 +1580,11 @@ namespace {
           "and the operator has no CompositeExplicitAutograd (\"default\") or CompositeImplicitAutograd kernel";
   } else {
     os << "no kernel for dispatch key " << toString(k) << " (call key set " << ks.str() << ")";
+    // Each disabled kernel that would have served k (at k, or at an alias key whose
+    // set holds it), named so that a reader (strata call) can say who disabled it.
     for (const auto& r : regs) {
-      if (r.what != RegistrationInfo::What::Def && r.key == k && !r.enabled) {
-        os << ": its " << toString(k) << " kernel is disabled (set_kernel_enabled)";
-        break;
+      if (r.what != RegistrationInfo::What::Def && !r.enabled && runtimeKeySetFor(r.key).has(k)) {
+        os << ": its " << toString(r.key) << " kernel is disabled (set_kernel_enabled)";
       }
     }
   }
