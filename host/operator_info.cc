@@ -128,11 +128,6 @@ std::string answerDumpQuery(const std::string& op) {
   return QJsonDocument(o).toJson(QJsonDocument::Compact).toStdString();
 }
 
-std::string shortened(std::string_view whole) {
-  if (whole.size() <= 60) return std::string(whole);
-  size_t cut = 57;  // not inside a UTF-8 character
-  while (cut > 0 && (static_cast<unsigned char>(whole[cut]) & 0xC0) == 0x80) --cut;
-  return std::string(whole.substr(0, cut)) + "... (" + std::to_string(whole.size()) + " bytes)";
-}
+std::string shortened(std::string_view whole) { return strata::detail::shortened(whole); }
 
 }  // namespace strata::host

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <filesystem>
 #include <functional>
 #include <thread>
@@ -339,21 +340,24 @@ void Store::createAtomically(const std::string& path) {
   // itself. (They are looked at before the path: a store another process has just
   // linked into place makes its -wal only after the link.)
   std::vector<std::string> left;
-  for (const char* suffix : {"-wal", "-shm"}) {
+  for (const char* suffix : {"-wal", "-shm", "-journal"}) {
     if (std::filesystem::exists(path + suffix, ec)) left.push_back(path + suffix);
   }
   if (!left.empty() && !std::filesystem::exists(path, ec)) {
-    throw StoreError("store " + path + ": cannot create it: " + left.front() +
-                     (left.size() > 1 ? " and " + left.back() + " are" : std::string(" is")) +
+    std::string files = left.front();
+    for (size_t i = 1; i < left.size(); ++i) files += (i + 1 == left.size() ? " and " : ", ") + left[i];
+    throw StoreError("store " + path + ": cannot create it: " + files + (left.size() > 1 ? " are" : " is") +
                      " left from a store removed while a process had it open (a running strata serve?) or after a "
                      "crash, and a new store would read them as its own; stop any host that used the old store, "
                      "then remove them");
   }
   // Built under a name of its own in the same folder (short, whatever the store's
   // name), then linked into place; an error names the store, never this file.
+  // (The pid and thread alone could repeat: pid 1 in two containers sharing a volume.)
   const std::string tmp = (std::filesystem::path(folder) /
                            (".strata-new-" + std::to_string(::getpid()) + "-" +
-                            std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()))))
+                            std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) + "-" +
+                            std::to_string(std::random_device{}())))
                               .string();
   auto removeTmp = [&] {
     for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((tmp + suffix).c_str());
@@ -447,10 +451,10 @@ void refuseUnusablePath(const std::string& path) {
   std::error_code ec;
   const fs::path p(path);
   const std::string name = p.filename().string();
-  // SQLite names the store's files NAME-journal, NAME-wal and NAME-shm: 8 bytes more.
-  if (constexpr size_t kLongest = NAME_MAX - 8; name.size() > kLongest) {
+  // SQLite names a store's files NAME-wal and NAME-shm (a store is always in WAL mode).
+  if (constexpr size_t kLongest = NAME_MAX - 4; name.size() > kLongest) {
     throw StoreError("store " + path.substr(0, 80) + "...: the file name is too long (" + std::to_string(name.size()) +
-                     " bytes; at most " + std::to_string(kLongest) + ", as SQLite adds '-journal' to it)");
+                     " bytes; at most " + std::to_string(kLongest) + ", as SQLite adds '-wal' to it)");
   }
   if (fs::is_symlink(fs::symlink_status(p, ec))) {
     const fs::path target = fs::read_symlink(p, ec);
@@ -520,6 +524,8 @@ Store::Store(const std::string& path) : path_(path) {
   if (struct stat st{}; ::stat(path.c_str(), &st) == 0) {
     dev_ = st.st_dev;
     ino_ = st.st_ino;
+    std::error_code aec;
+    absolute_path_ = std::filesystem::absolute(path, aec).string();  // fileGone(), whatever chdir() comes after
   }
   try {
     refuseUnmarked();  // before anything writes to the file
@@ -533,9 +539,9 @@ Store::Store(const std::string& path) : path_(path) {
 }
 
 std::string Store::fileGone() const {
-  if (ino_ == 0) return "";
+  if (ino_ == 0 || absolute_path_.empty()) return "";
   struct stat st{};
-  if (::stat(path_.c_str(), &st) != 0) return errno == ENOENT ? "it was removed" : "it cannot be read: " + std::string(std::strerror(errno));
+  if (::stat(absolute_path_.c_str(), &st) != 0) return errno == ENOENT ? "it was removed" : "it cannot be read: " + std::string(std::strerror(errno));
   if (static_cast<uint64_t>(st.st_dev) != dev_ || static_cast<uint64_t>(st.st_ino) != ino_) {
     return "another file replaced it";
   }

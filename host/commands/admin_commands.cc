@@ -579,11 +579,11 @@ int runPluginsCommand(const QStringList& args) {
     }
     if (admin_change) {
       if (!isBundleName(pos[0])) {
-        err << "error: '" << pos[0] << "' is not a bundle name (letters, digits, '_', '.', '-')\n";
+        err << "error: '" << q(shortened(s(pos[0]))) << "' is not a bundle name (letters, digits, '_', '.', '-')\n";
         return kExitInvalidInput;
       }
       if (action == "pin" && !isSemanticVersion(pos[1])) {
-        err << "error: cannot pin " << pos[0] << " to '" << pos[1]
+        err << "error: cannot pin " << pos[0] << " to '" << q(shortened(s(pos[1])))
             << "': not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.0.0); nothing was changed\n";
         return kExitInvalidInput;
       }
@@ -649,7 +649,7 @@ int runPluginsCommand(const QStringList& args) {
           if (listed != nullptr) {
             for (const auto& name : knownBundleNames(*listed)) names.push_back(name);
           }
-          err << "error: no bundle named '" << pos[0] << "' in " << dir
+          err << "error: no bundle named '" << q(shortened(s(pos[0]))) << "' in " << dir
               << q(didYouMean(s(pos[0]), names)) << "\n";
           return kExitInvalidInput;
         }
@@ -837,7 +837,7 @@ int runKernelCommand(const QStringList& args) {
         const std::string tail = k.substr(k.find("::") + 2);
         if (tail == op.str() || tail.rfind(op.str() + ".", 0) == 0) same.push_back(k);
       }
-      STRATA_FAIL(Value, "'", op.str(), "' has no namespace: name the operator as ns::name or ns::name.overload "
+      STRATA_FAIL(Value, "'", shortened(op.str()), "' has no namespace: name the operator as ns::name or ns::name.overload "
                   "(e.g. core::add.Tensor)", didYouMean(same));
     }
     DispatchKey key = DispatchKey::Undefined;
@@ -1041,7 +1041,7 @@ int runAuditCommand(const QStringList& args) {
       t = QDate::fromString(since, Qt::ISODate).startOfDay(Qt::UTC);
     }
     if (!t.isValid()) {
-      err << args.first() << ": --since '" << since << "' is not an ISO 8601 time\n";
+      err << args.first() << ": --since '" << q(shortened(s(since))) << "' is not an ISO 8601 time\n";
       return kExitUsage;
     }
     since = t.toUTC().toString("yyyy-MM-ddTHH:mm:ss.zzzZ");

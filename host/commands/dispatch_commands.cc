@@ -263,7 +263,7 @@ int runCheckCommand(const QStringList& args) {
     } else {
       std::vector<std::string> known = liveOperatorNames();
       for (const auto& [name, _] : loaded) known.push_back(name.toStdString());
-      err << "error: no loaded bundle or operator named '" << target << "'"
+      err << "error: no loaded bundle or operator named '" << q(shortened(target.toStdString())) << "'"
           << q(didYouMean(target.toStdString(), known)) << "\n";
       return kExitInvalidInput;
     }
@@ -594,7 +594,7 @@ int runCallCommand(const QStringList& args) {
     try {
       autocast.push_back(parseAutocastSpec(a.toStdString()));
     } catch (const Error& e) {
-      err << args.first() << ": --autocast " << a << ": " << e.what() << "\n";  // the caller names the flag, once
+      err << args.first() << ": --autocast " << q(shortened(a.toStdString())) << ": " << e.what() << "\n";  // the flag, once
       return kExitUsage;
     }
     for (size_t i = 0; i + 1 < autocast.size(); ++i) {

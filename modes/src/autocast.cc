@@ -362,7 +362,7 @@ DeviceType parseAutocastDevice(std::string_view device_type) {
   if (device_type == "cpu") return DeviceType::CPU;
   if (device_type == "cuda") return DeviceType::CUDA;
   if (device_type == "privateuse1") return DeviceType::PrivateUse1;
-  STRATA_FAIL(Value, "autocast has no device type '", device_type, "': expected cpu, cuda or privateuse1");
+  STRATA_FAIL(Value, "autocast has no device type '", strata::detail::shortened(device_type), "': expected cpu, cuda or privateuse1");
 }
 
 bool is_autocast_enabled(DeviceType device) {

@@ -430,7 +430,7 @@ std::shared_ptr<DispatchMode> make_mode(std::string_view name) {
     if (it == r.types.end()) {
       std::string known;
       for (const auto& [n, _] : r.types) known += (known.empty() ? "" : ", ") + n;
-      STRATA_FAIL(Value, "no mode type named '", name, "'; known: ", known.empty() ? "(none)" : known);
+      STRATA_FAIL(Value, "no mode type named '", strata::detail::shortened(name), "'; known: ", known.empty() ? "(none)" : known);
     }
     factory = it->second.factory;
     owner = it->second.info.owner;

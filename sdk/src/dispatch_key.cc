@@ -59,12 +59,12 @@ DispatchKey parseDispatchKey(std::string_view name) {
     if (type && layer == "autocast") k = autocastKey(*type);
     if (type && layer == "autograd") k = autogradKey(*type);
     if (k != DispatchKey::Undefined) return k;
-    STRATA_FAIL(Value, "unknown dispatch key '", name, "': a layer's key is autocast:DEVICE (cpu, cuda, privateuse1) "
+    STRATA_FAIL(Value, "unknown dispatch key '", detail::shortened(name), "': a layer's key is autocast:DEVICE (cpu, cuda, privateuse1) "
                 "or autograd:DEVICE (cpu, cuda, meta)");
   }
   std::string known;
   for (DispatchKey k : kNamed) known += std::string(known.empty() ? "" : ", ") + toString(k);
-  STRATA_FAIL(Value, "unknown dispatch key or device type '", name,
+  STRATA_FAIL(Value, "unknown dispatch key or device type '", detail::shortened(name),
                "': expected a device type (cpu, cuda, meta, privateuse1), 'default', 'batched', a layer's key of a device type "
                "(autocast:cpu, autograd:cuda, ...), or one of ", known);
 }

@@ -94,7 +94,7 @@ class Parser {
 
   std::string describe(const Token& t) const {
     if (t.kind == Tok::End) return name_alone_ ? "the end of the name" : "the end of the schema";
-    return "'" + std::string(text_.substr(t.begin, t.end - t.begin)) + "'";
+    return "'" + detail::shortened(text_.substr(t.begin, t.end - t.begin)) + "'";
   }
   [[noreturn]] void failAt(size_t offset, const std::string& reason) const {
     throw SchemaError(text_, offset + 1, reason);

@@ -1037,10 +1037,13 @@ TEST(AdminCommands, ReadingMakesNoStoreAndMalformedFlagsAreNamed) {
   EXPECT_THAT(r.out, HasSubstr("invalid operator name 'a::b c': 'c' after the operator name"));
   // A long value is quoted by its start and its length, not echoed whole.
   const std::string zs(5000, 'z');
-  for (const std::string& cmd : {"call core::add '[1.]' '[1.]' alpha=" + zs, "call a::" + zs, "dump " + q("a::" + zs + "("),
-                                 "call core::neg '[1]' " + zs}) {
+  for (const std::string& cmd :
+       {"call core::add '[1.]' '[1.]' alpha=" + zs, "call a::" + zs, "dump " + q("a::" + zs + "("),
+        "call core::neg '[1]' " + zs, "dump a:" + zs, "kernel disable a::b " + zs + db, "kernel disable " + zs + " cpu" + db,
+        "plugins show " + zs, "plugins pin mylib " + zs + db, "audit --since " + zs + db,
+        "call core::neg '[1]' --mode " + zs, "call core::neg '[1]' --autocast " + zs, "check " + zs}) {
     r = run(cmd);
-    EXPECT_EQ(r.status, 1) << cmd.substr(0, 40);
+    EXPECT_NE(r.status, 0) << cmd.substr(0, 40);
     EXPECT_LT(r.out.size(), 800u) << cmd.substr(0, 40) << "\n" << r.out.substr(0, 400);
     EXPECT_THAT(r.out, HasSubstr("zzz...")) << r.out.substr(0, 400);
   }

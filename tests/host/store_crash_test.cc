@@ -296,7 +296,7 @@ TEST(BadStoreFiles, EachIsRefusedWithItsReasonAndLeftUnchanged) {
   const std::map<std::string, std::string> paths = {
       {d.path + "/dangling.db", "a symbolic link to " + d.path + "/nothere.db, which does not exist"},
       {d.path + "/loop.db", "a loop of symbolic links"},
-      {long_name, "the file name is too long (253 bytes; at most 247, as SQLite adds '-journal' to it)"},
+      {long_name, "the file name is too long (253 bytes; at most 251, as SQLite adds '-wal' to it)"},
       {shm, shm + "-shm is a directory, where SQLite keeps the store's shm file"},
   };
   for (const auto& [file, reason] : paths) {

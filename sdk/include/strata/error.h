@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "strata/export.h"
@@ -45,6 +46,9 @@ std::string concat(const Args&... args) {
   return ss.str();
 }
 [[noreturn]] STRATA_API void throwError(ErrorKind kind, const std::string& message);
+// A value as an error message quotes it: whole, or its start and its length when it
+// is long (a command line may hold 100 KB of it), cut between UTF-8 characters.
+STRATA_API std::string shortened(std::string_view whole);
 [[noreturn]] STRATA_API void internalAssertFail(const char* cond, const char* file, int line,
                                                 const std::string& message);
 }  // namespace detail

@@ -1669,9 +1669,8 @@ OperatorName parseOperatorName(std::string_view op) {
   try {
     return parseName(op);
   } catch (const SchemaError& e) {
-    // A long name is quoted by its start (a command line may hold 100 KB of it).
-    const std::string shown = op.size() <= 80 ? std::string(op) : std::string(op.substr(0, 77)) + "...";
-    STRATA_FAIL(Value, "invalid operator name '", shown, "': ", e.reason(), " (expected ns::name or ns::name.overload)");
+    STRATA_FAIL(Value, "invalid operator name '", detail::shortened(op), "': ", e.reason(),
+                " (expected ns::name or ns::name.overload)");
   }
 }
 

@@ -245,6 +245,7 @@ class Store {
 
   std::string path_;
   uint64_t dev_ = 0, ino_ = 0;  // the file opened (fileGone)
+  std::string absolute_path_;
   sqlite3* db_ = nullptr;
   int depth_ = 0;  // transaction() nesting
   std::chrono::milliseconds busy_timeout_ = kBusyTimeout;
