@@ -177,7 +177,9 @@ TEST(CoreOps, StackAndCat) {
   EXPECT_EQ(ops::cat({a, from_vector<int64_t>({5})}).dtype(), kFloat32);
   EXPECT_THAT(errorOf([&] { ops::stack({a, fv({1})}); }), HasSubstr("equal size"));
   // An empty list carries no keys: like any op with no tensors, it needs a composite kernel.
-  EXPECT_THAT(errorOf([] { ops::cat({}); }), HasSubstr("core::cat: no kernel for a call with an empty key set"));
+  EXPECT_THAT(errorOf([] { ops::cat({}); }), HasSubstr("core::cat: no kernel for a call with an empty key set: the call has "
+                                                     "no tensor arguments (e.g. an empty list of tensors: this "
+                                                     "operator needs a non-empty one)"));
   EXPECT_THAT(errorOf([] { ops::cat({ones({2, 2}), ones({2, 3})}); }), HasSubstr("except in dimension 0"));
   // The legacy empty tensor (1-d, size 0) is skipped whatever the others' shapes, and
   // still takes part in the dtype, as ATen's cat does.

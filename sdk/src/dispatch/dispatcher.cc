@@ -1576,8 +1576,15 @@ namespace {
   }
   const DispatchKey k = ks.highestPriorityKey();
   if (k == DispatchKey::Undefined) {
-    os << "no kernel for a call with an empty key set: the call has no tensor arguments (and no key is included), "
-          "and the operator has no CompositeExplicitAutograd (\"default\") or CompositeImplicitAutograd kernel";
+    // As PyTorch says it: an op that takes a Tensor[] was most likely given an empty one.
+    const auto& args = op.schema().arguments();
+    const bool takes_list = std::any_of(args.begin(), args.end(), [](const Argument& a) {
+      return a.type->kind() == TypeKind::List && isTensorLike(*a.type);
+    });
+    os << "no kernel for a call with an empty key set: the call has no tensor arguments"
+       << (takes_list ? " (e.g. an empty list of tensors: this operator needs a non-empty one)" : "")
+       << " (and no key is included), and the operator has no CompositeExplicitAutograd (\"default\") or "
+          "CompositeImplicitAutograd kernel";
   } else {
     os << "no kernel for dispatch key " << toString(k) << " (call key set " << ks.str() << ")";
     // Each disabled kernel that would have served k (at k, or at an alias key whose
