@@ -202,7 +202,7 @@ Host::Host(HostOptions options) : impl_(std::make_unique<Impl>()) {
 }
 
 Host::~Host() {
-  if (impl_->thread.joinable() && RegistrationBatch::heldByThisThread()) {
+  if (impl_->thread.joinable() && strata::detail::registrationBatchHeldByThisThread()) {
     // Stopping would wait for the host's thread, which may be waiting for this
     // thread's batch: a hang. Said, then ended, as a joinable std::thread's
     // destruction ends a program.
@@ -268,7 +268,7 @@ void Host::Impl::stopOnHostThread() {
 // The host's thread registers inside batches of its own, which wait for one this
 // thread holds: waiting for that thread from inside a batch would never end.
 static void refuseInsideABatch(const char* what) {
-  if (RegistrationBatch::heldByThisThread()) {
+  if (strata::detail::registrationBatchHeldByThisThread()) {
     throw HostError(std::string("strata host: ") + what + " inside a RegistrationBatch: this thread holds one, and "
                     "the host's thread, which loads bundles in a batch of its own, would wait for it; " + what +
                     " the host outside the batch");

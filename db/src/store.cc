@@ -329,7 +329,9 @@ void Store::createAtomically(const std::string& path) {
   const std::string folder = folderOf(path);
   std::error_code ec;
   if (!std::filesystem::is_directory(folder, ec)) {
-    throw StoreError("store " + path + ": cannot create it: the folder " + folder + " does not exist");
+    throw StoreError("store " + path + ": cannot create it: " +
+                     (std::filesystem::exists(folder, ec) ? folder + " is a file, not a folder"
+                                                          : "the folder " + folder + " does not exist"));
   }
   if (::access(folder.c_str(), W_OK | X_OK) != 0) {
     throw StoreError("store " + path + ": cannot create it in " + folder + ": " + std::strerror(errno));
@@ -341,7 +343,11 @@ void Store::createAtomically(const std::string& path) {
   // linked into place makes its -wal only after the link.)
   std::vector<std::string> left;
   for (const char* suffix : {"-wal", "-shm", "-journal"}) {
-    if (std::filesystem::exists(path + suffix, ec)) left.push_back(path + suffix);
+    // (An empty journal is nothing SQLite would replay.)
+    if (std::filesystem::exists(path + suffix, ec) &&
+        (std::string_view(suffix) != "-journal" || std::filesystem::file_size(path + suffix, ec) > 0)) {
+      left.push_back(path + suffix);
+    }
   }
   if (!left.empty() && !std::filesystem::exists(path, ec)) {
     std::string files = left.front();

@@ -599,6 +599,15 @@ int runPluginsCommand(const QStringList& args) {
     // mistyped --db, say).
     if ((action == "enable" || action == "unpin" || action == "untrust") && noStoreAt(storeOption(parser))) {
       const char* what = action == "enable" ? "disabled" : action == "unpin" ? "pinned" : "trusted";
+      if (parser.isSet("json") && action != "untrust") {
+        out << QJsonDocument(QJsonObject{{"action", action},
+                                         {"bundle", q(shortened(s(pos[0])))},
+                                         {"change", QJsonValue()},
+                                         {"not_applied_by", QJsonArray()}})
+                   .toJson(QJsonDocument::Compact)
+            << "\n";
+        return kExitOk;
+      }
       (action == "untrust" ? err : out) << (action == "untrust" ? "error: " : "") << "no store at "
                                         << storeOption(parser) << ", so nothing is " << what
                                         << "; nothing was changed\n";
@@ -690,11 +699,11 @@ int runPluginsCommand(const QStringList& args) {
       QString why;
       const std::vector<db::TrustRow> found = trustTargets(pos[0], pluginDirOption(parser), store, &why);
       if (found.empty()) {
-        err << "error: cannot " << action << " '" << pos[0] << "': " << why << "; nothing was changed\n";
+        err << "error: cannot " << action << " '" << q(shortened(s(pos[0]))) << "': " << why << "; nothing was changed\n";
         return kExitInvalidInput;
       }
       if (found.size() > 1) {
-        err << "error: cannot " << action << " '" << pos[0] << "': " << found.size()
+        err << "error: cannot " << action << " '" << q(shortened(s(pos[0]))) << "': " << found.size()
             << " files with different contents carry that name and version (";
         for (size_t i = 0; i < found.size(); ++i) err << (i ? ", " : "") << q(found[i].sha256).left(12);
         err << "); name the file instead; nothing was changed\n";
@@ -874,14 +883,19 @@ int runKernelCommand(const QStringList& args) {
       return kExitInvalidInput;
     }
     if (enable && noStoreAt(storeOption(parser))) {  // nothing to undo, and no store is made
+      if (op.name.rfind("core::", 0) == 0 && Dispatcher::singleton().findOp(op) == std::nullopt) {
+        err << "error: " << q(shortened(op.str())) << " is not one of the host's core:: operators; nothing was "
+            << "changed" << q(didYouMean(op.str(), liveOperatorNames())) << "\n";
+        return kExitInvalidInput;
+      }
       if (parser.isSet("json")) {
-        out << QJsonDocument(QJsonObject{{"op", q(op.str())}, {"key", toString(key)}, {"enabled", true},
+        out << QJsonDocument(QJsonObject{{"op", q(shortened(op.str()))}, {"key", toString(key)}, {"enabled", true},
                                          {"change", QJsonValue()}, {"not_applied_by", QJsonArray()}})
                    .toJson(QJsonDocument::Compact)
             << "\n";
       } else {
-        out << q(op.str()) << " " << toString(key) << " is enabled: there is no store at " << storeOption(parser)
-            << ", so nothing is disabled; nothing changed\n";
+        out << q(shortened(op.str())) << " " << toString(key) << " is enabled: there is no store at "
+            << storeOption(parser) << ", so nothing is disabled; nothing was changed\n";
       }
       return kExitOk;
     }
@@ -1100,10 +1114,10 @@ db::HostRow findHost(db::Store& store, const QString& id) {
   std::vector<std::string> ids;
   for (const auto& h : (found.empty() ? hosts : found)) ids.push_back(h.id);
   if (found.size() > 1) {
-    STRATA_FAIL(Value, "'", id.toStdString(), "' names ", found.size(), " hosts on ", store.path(), ": ",
+    STRATA_FAIL(Value, "'", shortened(id.toStdString()), "' names ", found.size(), " hosts on ", store.path(), ": ",
                 didYouMean(ids).substr(2), " (give the whole id)");
   }
-  STRATA_FAIL(Value, "no host '", id.toStdString(), "' on the store ", store.path(),
+  STRATA_FAIL(Value, "no host '", shortened(id.toStdString()), "' on the store ", store.path(),
               hosts.empty() ? std::string(" (no host has used it: start one with 'strata serve --db " + store.path() + "')")
                             : didYouMean(id.toStdString(), ids) + " ('strata hosts' lists them)");
 }

@@ -236,7 +236,7 @@ TEST(GracePeriod, AForkedChildIsNotHeldByAnotherThreadsBatch) {
     int ok = 0;
     {
       RegistrationBatch mine;  // waited for a thread that is not here, before
-      if (RegistrationBatch::heldByThisThread() != true) ok = 2;
+      if (strata::detail::registrationBatchHeldByThisThread() != true) ok = 2;
     }
     if (!Dispatcher::singleton().findSchema(parseOperatorName("gp_fork_batch::staged")).has_value()) ok = 3;
     _exit(ok);

@@ -1004,7 +1004,15 @@ TEST(AdminCommands, ReadingMakesNoStoreAndMalformedFlagsAreNamed) {
   // alias key ("default") too, and not another key's of the same op.
   ASSERT_EQ(run("kernel disable core::neg AutogradCPU" + db).status, 0);
   r = run("call core::neg '[1]'" + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("core::neg CPU was disabled by "));
   EXPECT_THAT(r.out, Not(HasSubstr("core::neg AutogradCPU was disabled")));
+  // A call with no tensors, whose composite kernel is disabled.
+  ASSERT_EQ(run("kernel disable core::ones default" + db).status, 0);
+  r = run("call core::ones '[2]'" + db);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("its CompositeExplicitAutograd kernel is disabled (set_kernel_enabled)"));
+  EXPECT_THAT(r.out, HasSubstr("core::ones CompositeExplicitAutograd was disabled by "));
   ASSERT_EQ(run("kernel disable core::rand_like default" + db).status, 0);
   r = run("call core::rand_like '[1.]'" + db);
   EXPECT_EQ(r.status, 1);
@@ -1037,13 +1045,16 @@ TEST(AdminCommands, ReadingMakesNoStoreAndMalformedFlagsAreNamed) {
   EXPECT_THAT(r.out, HasSubstr("invalid operator name 'a::b c': 'c' after the operator name"));
   // A long value is quoted by its start and its length, not echoed whole.
   const std::string zs(5000, 'z');
-  for (const std::string& cmd :
-       {"call core::add '[1.]' '[1.]' alpha=" + zs, "call a::" + zs, "dump " + q("a::" + zs + "("),
-        "call core::neg '[1]' " + zs, "dump a:" + zs, "kernel disable a::b " + zs + db, "kernel disable " + zs + " cpu" + db,
-        "plugins show " + zs, "plugins pin mylib " + zs + db, "audit --since " + zs + db,
-        "call core::neg '[1]' --mode " + zs, "call core::neg '[1]' --autocast " + zs, "check " + zs}) {
+  // Usage errors exit 2, bad input 1 (the README's exit statuses).
+  for (const auto& [cmd, status] : std::vector<std::pair<std::string, int>>{
+           {"call core::add '[1.]' '[1.]' alpha=" + zs, 1}, {"call a::" + zs, 1}, {"dump " + q("a::" + zs + "("), 1},
+           {"call core::neg '[1]' " + zs, 1}, {"dump a:" + zs, 1}, {"kernel disable a::b " + zs + db, 1},
+           {"kernel disable " + zs + " cpu" + db, 1}, {"plugins show " + zs, 1}, {"plugins pin mylib " + zs + db, 1},
+           {"audit --since " + zs + db, 2}, {"call core::neg '[1]' --mode " + zs, 1},
+           {"call core::neg '[1]' --autocast " + zs, 2}, {"check " + zs, 1}, {"plugins untrust " + zs + db, 1},
+           {"plugins list --host " + zs + db, 1}}) {
     r = run(cmd);
-    EXPECT_NE(r.status, 0) << cmd.substr(0, 40);
+    EXPECT_EQ(r.status, status) << cmd.substr(0, 40) << "\n" << r.out.substr(0, 300);
     EXPECT_LT(r.out.size(), 800u) << cmd.substr(0, 40) << "\n" << r.out.substr(0, 400);
     EXPECT_THAT(r.out, HasSubstr("zzz...")) << r.out.substr(0, 400);
   }
@@ -1059,7 +1070,13 @@ TEST(AdminCommands, AToggleToTheStateAKernelIsInChangesNothing) {
   Result r = run("kernel enable core::add.Tensor cpu" + db);  // no store yet: none is made
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("core::add.Tensor CPU is enabled: there is no store at " + dir +
-                               "/s.db, so nothing is disabled; nothing changed"));
+                               "/s.db, so nothing is disabled; nothing was changed"));
+  r = run("kernel enable core::nosuch cpu" + db);  // the same check as with a store
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("error: core::nosuch is not one of the host's core:: operators"));
+  r = run("plugins enable mylib --json" + db);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("{\"action\":\"enable\",\"bundle\":\"mylib\",\"change\":null,\"not_applied_by\":[]}"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/s.db"));
   for (const char* undo : {"plugins enable mylib", "plugins unpin mylib"}) {
     r = run(std::string(undo) + db);

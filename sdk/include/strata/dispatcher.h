@@ -383,6 +383,10 @@ void releaseTypedSignatures(const std::string& owner);
 // Before that bundle registers again (its library stayed mapped, and its statics may
 // hold typed handles): those signatures again, or Error(Schema) when one no longer holds.
 STRATA_API void refixTypedSignatures(const std::string& owner);
+// Whether this thread holds a RegistrationBatch: the host, which waits for a thread
+// that may open one, must not wait from inside one. For the host, not bundles (no
+// SDK ABI minor), as the functions above.
+STRATA_API bool registrationBatchHeldByThisThread();
 // Lifts the capture on this thread while alive: for the lazy initializers of Strata's
 // own layers (builtin fallbacks), which may first run inside a bundle's load.
 class STRATA_API SuspendStaticCapture {
@@ -541,6 +545,7 @@ class STRATA_API Dispatcher {
   friend class RegistrationBatch;
   friend void detail::releaseTypedSignatures(const std::string& owner);
   friend void detail::refixTypedSignatures(const std::string& owner);
+  friend bool detail::registrationBatchHeldByThisThread();
 };
 
 // Note [Registration batches]
@@ -560,7 +565,10 @@ class STRATA_API Dispatcher {
 // before the batch ends, so calls see the bundle all at once or not at all (Note
 // [The load transaction] in host/); it swaps versions inside one (Note [A swap
 // without a gap] in host/plugin_host.cc). One thread at a time may hold a batch (another
-// thread's batch waits for it to end, as for a lock); batches nest on that thread. A registration another thread makes meanwhile on an op the
+// thread's batch waits for it to end, as for a lock); batches nest on that thread.
+// A child forked while another thread held one gets it ended, with what it had
+// staged published: a fork in the middle of a host's version swap may see an op
+// answer "no kernel" there. A registration another thread makes meanwhile on an op the
 // batch touched republishes that op's table as it then stands, staged kernels
 // included: batches keep calls from seeing a half-loaded bundle, they do not isolate
 // two registering threads (the host registers from one thread).
@@ -570,9 +578,6 @@ class STRATA_API RegistrationBatch {
   RegistrationBatch(const RegistrationBatch&) = delete;
   RegistrationBatch& operator=(const RegistrationBatch&) = delete;
   ~RegistrationBatch();
-  // Whether the calling thread holds a batch: code that waits for another thread
-  // which may open one (an embedded host's thread) must not, or it waits forever.
-  static bool heldByThisThread();
 
  private:
   Dispatcher* d_;

@@ -1327,11 +1327,13 @@ RegistrationBatch::RegistrationBatch() : d_(&Dispatcher::singleton()) {
   ++impl.batch_depth;
 }
 
-bool RegistrationBatch::heldByThisThread() {
+namespace detail {
+bool registrationBatchHeldByThisThread() {
   auto& impl = *Dispatcher::singleton().impl_;
   std::lock_guard<std::mutex> lock(impl.mu);
   return impl.inBatch();
 }
+}  // namespace detail
 
 RegistrationBatch::~RegistrationBatch() {
   auto& impl = *d_->impl_;
@@ -1583,16 +1585,23 @@ namespace {
     });
     os << "no kernel for a call with an empty key set: the call has no tensor arguments"
        << (takes_list ? " (e.g. an empty list of tensors: this operator needs a non-empty one)" : "")
-       << " (and no key is included), and the operator has no CompositeExplicitAutograd (\"default\") or "
-          "CompositeImplicitAutograd kernel";
+       << " (and no key is included), and the operator has no enabled CompositeExplicitAutograd (\"default\") "
+          "or CompositeImplicitAutograd kernel";
   } else {
     os << "no kernel for dispatch key " << toString(k) << " (call key set " << ks.str() << ")";
-    // Each disabled kernel that would have served k (at k, or at an alias key whose
-    // set holds it), named so that a reader (strata call) can say who disabled it.
-    for (const auto& r : regs) {
-      if (r.what != RegistrationInfo::What::Def && !r.enabled && runtimeKeySetFor(r.key).has(k)) {
-        os << ": its " << toString(r.key) << " kernel is disabled (set_kernel_enabled)";
-      }
+  }
+  // Each disabled kernel that would have served the call (at k, at an alias key whose
+  // set holds it, or a composite one for a call with no keys), named so that a reader
+  // (strata call) can say who disabled it.
+  const char* sep = ": ";
+  for (const auto& r : regs) {
+    const bool would_serve = k == DispatchKey::Undefined
+                                 ? r.key == DispatchKey::CompositeExplicitAutograd ||
+                                       r.key == DispatchKey::CompositeImplicitAutograd
+                                 : runtimeKeySetFor(r.key).has(k);
+    if (r.what != RegistrationInfo::What::Def && !r.enabled && would_serve) {
+      os << sep << "its " << toString(r.key) << " kernel is disabled (set_kernel_enabled)";
+      sep = "; ";
     }
   }
   os << ". Registered:";
