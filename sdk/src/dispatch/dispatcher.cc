@@ -543,6 +543,23 @@ struct Dispatcher::Impl {
 
   bool inBatch() const { return batch_depth > 0 && batch_thread == std::this_thread::get_id(); }
 
+  // The outermost batch ends (depth already 0): every table, schema and rule set it
+  // staged is published, under the lock.
+  void endBatch() {
+    auto publishAll = [this](OperatorEntry& e) {
+      publish(e);
+      publishStaged(e);
+    };
+    if (batch_all) {
+      for (auto& [_, e] : ops) publishAll(*e);
+    } else {
+      for (OperatorEntry* e : batch_dirty) publishAll(*e);
+    }
+    batch_dirty.clear();
+    batch_all = false;
+    batch_thread = {};
+  }
+
   void recompute(OperatorEntry& e) {
     if (inBatch()) {
       batch_dirty.insert(&e);
@@ -752,15 +769,7 @@ void Dispatcher::Impl::forkChild() {
   new (&impl.batch_free) std::condition_variable();
   if (impl.batch_depth > 0 && impl.batch_thread != std::this_thread::get_id()) {
     impl.batch_depth = 0;
-    impl.batch_thread = {};
-    for (auto& [_, e] : impl.ops) {
-      if (impl.batch_all || impl.batch_dirty.count(e.get()) != 0) {
-        impl.publish(*e);
-        impl.publishStaged(*e);
-      }
-    }
-    impl.batch_dirty.clear();
-    impl.batch_all = false;
+    impl.endBatch();
   }
   fork_impl->mu.unlock();
   fork_impl->reclaim_mu.unlock();
@@ -1340,20 +1349,7 @@ RegistrationBatch::~RegistrationBatch() {
   {
     std::lock_guard<std::mutex> lock(impl.mu);
     if (--impl.batch_depth > 0) return;
-    if (impl.batch_all) {
-      for (auto& [_, e] : impl.ops) {
-        impl.publish(*e);
-        impl.publishStaged(*e);
-      }
-    } else {
-      for (OperatorEntry* e : impl.batch_dirty) {
-        impl.publish(*e);
-        impl.publishStaged(*e);
-      }
-    }
-    impl.batch_dirty.clear();
-    impl.batch_all = false;
-    impl.batch_thread = {};
+    impl.endBatch();
     impl.batch_free.notify_all();
     if (impl.retired.empty() && impl.retired_rules.empty()) return;
   }
