@@ -264,6 +264,9 @@ const char* Store::migrationSql(int v) { return v >= 1 && v <= kSchemaVersion ? 
 
 namespace {
 
+// The files SQLite keeps beside a store, found by its name.
+constexpr const char* kSideFiles[] = {"-wal", "-shm", "-journal"};
+
 std::string folderOf(const std::string& path) {
   const std::filesystem::path p(path);
   return p.has_parent_path() ? p.parent_path().string() : std::string(".");
@@ -342,7 +345,7 @@ void Store::createAtomically(const std::string& path) {
   // itself. (They are looked at before the path: a store another process has just
   // linked into place makes its -wal only after the link.)
   std::vector<std::string> left;
-  for (const char* suffix : {"-wal", "-shm", "-journal"}) {
+  for (const char* suffix : kSideFiles) {
     // (An empty journal is nothing SQLite would replay.)
     if (std::filesystem::exists(path + suffix, ec) &&
         (std::string_view(suffix) != "-journal" || std::filesystem::file_size(path + suffix, ec) > 0)) {
@@ -366,7 +369,8 @@ void Store::createAtomically(const std::string& path) {
                             std::to_string(std::random_device{}())))
                               .string();
   auto removeTmp = [&] {
-    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((tmp + suffix).c_str());
+    ::unlink(tmp.c_str());
+    for (const char* suffix : kSideFiles) ::unlink((tmp + suffix).c_str());
   };
   try {
     Store s(tmp, Store::Creating{});
@@ -482,7 +486,7 @@ void refuseUnusablePath(const std::string& path) {
                      (err == EACCES ? " (a folder on the way that this user may not search)" : ""));
   }
   // SQLite keeps a store's -wal and -shm files beside it: a directory there is in its way.
-  for (const char* suffix : {"-wal", "-shm", "-journal"}) {
+  for (const char* suffix : kSideFiles) {
     if (fs::is_directory(path + suffix, ec)) {
       throw StoreError("store " + path + ": " + path + suffix +
                        " is a directory, where SQLite keeps the store's " + (suffix + 1) +
