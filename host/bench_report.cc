@@ -396,14 +396,16 @@ std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer, 
                        r->ns <= 0.1 * ns});
     }
   }
-  // A custom_op's call costs what the same op made with Library costs.
+  // A custom_op's call costs what the same op made with Library costs, plus the check
+  // that its output is a new tensor (Note [A custom op's outputs are new tensors]).
   const BenchResult* cop = strata.find("custom_op/call_muladd");
   const BenchResult* lib = strata.find("custom_op/library_muladd");
   if (ok(cop) && ok(lib)) {
-    goals.push_back({"custom_op/call_muladd within 2 ns of the same op made with Library (custom_op/library_muladd)",
+    goals.push_back({"custom_op/call_muladd within 3 ns of the same op made with Library (custom_op/library_muladd; "
+                     "the difference is the per-call check that the output aliases no input)",
                      formatNs(cop->ns) + " vs " + formatNs(lib->ns) + " (" + (cop->ns >= lib->ns ? "+" : "") +
                          num(cop->ns - lib->ns, 2) + " ns)",
-                     cop->ns - lib->ns <= 2.0});
+                     cop->ns - lib->ns <= 3.0});
   }
   const BenchResult* load = strata.find("host/load_100_bundles");
   if (ok(load)) goals.push_back({"host/load_100_bundles under 1 s", formatNs(load->ns), load->ns < 1e9});

@@ -164,14 +164,67 @@ std::unique_ptr<Library> defineCustomOp(std::string_view name, const FunctionSch
 
 // The functions below find no op when its def was refused at a bundle's load
 // (refusedAtLoad): there is nothing to wrap or check then.
-std::vector<bool> writtenArguments(std::string_view op) {
+CustomKernelInfo customKernelInfo(std::string_view op, DispatchKey key) {
+  CustomKernelInfo info;
+  info.op = std::string(op);
+  info.key = key;
   const std::optional<OperatorHandle> h = Dispatcher::singleton().findSchema(parseOperatorName(op));
-  if (!h) return {};
-  const auto& args = h->schema().arguments();
-  if (std::none_of(args.begin(), args.end(), [](const Argument& a) { return a.is_write(); })) return {};
-  std::vector<bool> out;
-  for (const Argument& a : args) out.push_back(a.is_write());
-  return out;
+  if (!h) return info;
+  const FunctionSchema& schema = h->schema();
+  const auto& args = schema.arguments();
+  if (std::any_of(args.begin(), args.end(), [](const Argument& a) { return a.is_write(); })) {
+    for (const Argument& a : args) info.written.push_back(a.is_write());
+    info.writes = true;
+  }
+  const auto& returns = schema.returns();
+  for (size_t r = 0; r < returns.size() && r < 64; ++r) {
+    if (returns[r].alias_info) info.declared |= uint64_t{1} << r;
+  }
+  return info;
+}
+
+void checkAliases(const CustomKernelInfo& info, const std::vector<AliasSeen>& inputs,
+                  const std::vector<AliasSeen>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    const AliasSeen& out = results[r];
+    if (out.storage == nullptr) continue;
+    for (const AliasSeen& in : inputs) {
+      if (in.storage == out.storage) throwAliasedResult(info, in, out);
+    }
+    for (size_t e = 0; e < r; ++e) {
+      if (results[e].storage == out.storage) throwAliasedResult(info, results[e], out);
+    }
+  }
+}
+
+void throwAliasedResult(const CustomKernelInfo& info, const AliasSeen& earlier, const AliasSeen& result) {
+  const std::optional<OperatorHandle> h = Dispatcher::singleton().findSchema(parseOperatorName(info.op));
+  const FunctionSchema* schema = h && h->hasSchema() ? &h->schema() : nullptr;
+  auto resultName = [](const AliasSeen& r) {
+    std::string s = "result " + std::to_string(r.index);
+    if (r.element != kAliasWhole) s += " (element " + std::to_string(r.element) + ")";
+    return s;
+  };
+  std::string other;
+  std::string clone = "x.clone()";
+  if (earlier.element == kAliasInput) {
+    other = "argument " + std::to_string(earlier.index);
+    if (schema != nullptr && earlier.index < schema->arguments().size()) {
+      const std::string& n = schema->arguments()[earlier.index].name;
+      other = "argument '" + n + "'";
+      clone = n + ".clone()";
+    }
+  } else {
+    other = resultName(earlier);
+  }
+  const std::string kernel = info.key == DispatchKey::CompositeExplicitAutograd
+                                 ? std::string("its default kernel")
+                                 : "its " + std::string(toString(info.key)) + " kernel";
+  STRATA_FAIL(Value, info.op, " (", kernel, "): ", resultName(result),
+              earlier.impl == result.impl ? " is " + other : " shares its storage with " + other,
+              "; the output of a custom op must not be one of its inputs, nor alias an input or another output, "
+              "since every layer takes its results as new tensors. Return a clone instead (e.g. ", clone,
+              "), or, for an op that writes an input, return nothing and name the input in mutates_args");
 }
 
 void checkDeviceKernelsCanBeReached(std::string_view name, const std::vector<DispatchKey>& keys) {

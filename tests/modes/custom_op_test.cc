@@ -270,6 +270,53 @@ TEST(CustomOp, MutableAndKeySetKernelsAreTakenAsBefore) {
   EXPECT_TRUE(keyed(ops::ones({1})).defined());
 }
 
+// Note [A custom op's outputs are new tensors]: a result may not be an input, share an
+// input's storage, or share another result's; every kernel is checked on every call,
+// and a result the schema declares an alias is left alone.
+TEST(CustomOp, AResultMayNotBeAnInputOrShareStorageWithOne) {
+  auto same = custom_op("cop_alias::same", [](const Tensor& x) { return x; }, {"x"}, {});
+  const Tensor x = ops::ones({2, 2});
+  EXPECT_THAT(errorOf([&] { same(x); }),
+              AllOf(HasSubstr("cop_alias::same (its default kernel): result 0 is argument 'x'"),
+                    HasSubstr("must not be one of its inputs"), HasSubstr("Return a clone instead (e.g. x.clone())")));
+  // A view, from a device kernel; a later register_kernel is checked as well.
+  auto view = custom_op("cop_alias::view", [](const Tensor& a, const Tensor&) { return a.view({4}); }, {"a", "b"}, {},
+                        {"cpu"});
+  EXPECT_THAT(errorOf([&] { view(x, x); }),
+              HasSubstr("cop_alias::view (its CPU kernel): result 0 shares its storage with argument 'a'"));
+  view.register_kernel({"cpu"}, [](const Tensor&, const Tensor& b) { return ops::transpose(b, 0, 1); });
+  EXPECT_THAT(errorOf([&] { view(x, ops::zeros({2, 2})); }), HasSubstr("result 0 shares its storage with argument 'b'"));
+  view.register_kernel({"cpu"}, [](const Tensor& a, const Tensor&) { return a.clone(); });
+  EXPECT_TRUE(view(x, x).equal(x));  // one tensor given as two arguments is no result's alias
+  // Two results that share a storage; an element of a list result; a Tensor? argument.
+  auto pair = custom_op("cop_alias::pair", [](const Tensor& a) {
+    Tensor y = a.clone();
+    return std::make_tuple(y, ops::select(y, 0, 0));
+  }, {"a"}, {});
+  EXPECT_THAT(errorOf([&] { pair(x); }), HasSubstr("result 1 shares its storage with result 0"));
+  auto list = custom_op("cop_alias::list", [](const std::optional<Tensor>& a, const std::vector<Tensor>& bs) {
+    return std::vector<Tensor>{bs.at(0).clone(), a ? *a : bs.at(0)};
+  }, {"a", "bs"}, {});
+  EXPECT_THAT(errorOf([&] { list(x, {ops::zeros({1})}); }), HasSubstr("result 0 (element 1) is argument 'a'"));
+  EXPECT_THAT(errorOf([&] { list(std::nullopt, {x}); }), HasSubstr("result 0 (element 1) is argument 'bs'"));
+  // An op that writes its input may not return it either (PyTorch refuses it too); one
+  // that takes the DispatchKeySet is checked as well.
+  auto write_ = custom_op("cop_alias::write_", [](Tensor& a) { a.fill_(2.0); return a; }, {"a"}, {"a"});
+  Tensor w = ops::zeros({1});
+  EXPECT_THAT(errorOf([&] { write_(w); }), HasSubstr("result 0 is argument 'a'"));
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{2.0f}));  // the write happened; the result is refused
+  auto keyed = custom_op("cop_alias::keyed", [](DispatchKeySet, const Tensor& t) { return t; }, {"t"}, {}, {"cpu"});
+  EXPECT_THAT(errorOf([&] { keyed(x); }), HasSubstr("cop_alias::keyed (its CPU kernel): result 0 is argument 't'"));
+  // Declared by a schema given by hand: a view op returns its view.
+  auto declared = custom_op("cop_alias::declared", [](const Tensor& a) { return a.view({4}); }, {}, {}, {},
+                            "(Tensor(a) x) -> Tensor(a)");
+  EXPECT_TRUE(declared(x).is_alias_of(x));
+  // Results that are not tensors, and undefined ones, are not checked.
+  auto none = custom_op("cop_alias::none", [](const Tensor& a) { return std::make_tuple(Tensor(), Tensor(), a.numel()); },
+                        {"a"}, {});
+  EXPECT_EQ(std::get<2>(none(x)), 4);
+}
+
 // A schema given must agree with mutates_args, and a custom op's tensors are positional.
 TEST(CustomOp, ASchemaGivenMustAgreeWithMutatesArgs) {
   auto fill = [](const Tensor& x) { x.fill_(1.0); };

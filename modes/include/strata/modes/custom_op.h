@@ -28,6 +28,8 @@
 // Registered while a RegistrationOwnerGuard is set, they carry that owner.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -81,47 +83,231 @@ void bumpVersions(const T& a) {
   }
 }
 
-// A custom op's kernel as registered: fn, and before it a bump of the version counter
-// of every argument the schema declares written, on every call, as PyTorch's
-// custom_op does at ADInplaceOrView: a tensor saved for backward and then written by
-// the op is then caught at backward ("modified by an inplace operation") whether or
-// not anything in the call required grad. fn itself when nothing is written.
-template <typename Sig>
-struct WriteBumping;
-template <typename R, typename... A>
-struct WriteBumping<R(A...)> {
-  // fn called with the op's arguments alone: a kernel that takes a DispatchKeySet
-  // first is registered as it is (and bumps nothing itself).
-  template <typename F>
-  static constexpr bool kWraps = std::is_invocable_v<std::decay_t<F>&, A...>;
-  template <typename F>
-  static auto wrap(F&& fn, const std::vector<bool>& written) {
-    using Fn = std::decay_t<F>;
-    return [fn = Fn(std::forward<F>(fn)), written](A... a) mutable -> R {
-      // Before the call, which may move a by-value argument into fn: the write
-      // happens inside fn either way, and what checks a version checks it later.
-      size_t i = 0;
-      ((written[i++] ? bumpVersions(a) : void()), ...);
-      (void)i;
-      return fn(std::forward<A>(a)...);
-    };
-  }
-};
-// Which of op's arguments its schema declares written; empty when none is.
-STRATA_MODES_API std::vector<bool> writtenArguments(std::string_view op);
+// Note [A custom op's outputs are new tensors]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A custom op is opaque: every layer above its kernel (autograd, fake tensors, a
+// trace) takes what it returns as new tensors. So, as PyTorch's custom_op does on
+// every call of a kernel (check_aliasing_constraint), a result may not be one of the
+// op's input tensors, share storage with one (a view of it), or share storage with
+// another result: the call throws Error(Value) naming the op, the result and the
+// argument, and asks for a clone. A result the schema declares an alias (a schema
+// given by hand, "-> Tensor(a)") is left alone, as PyTorch leaves a view op alone.
+// A kernel that returns one Tensor pays a compare per tensor argument, about 2 ns a
+// call (custom_op/call_muladd against custom_op/library_muladd); one that returns
+// several tensors or a list, or takes a list, pays for two small vectors; one that
+// returns no tensor pays nothing.
 
-// Registers fn as op's kernel at k, wrapped to bump its written arguments' versions
-// when it writes any (and can be wrapped).
-template <typename Sig, typename F>
-void implBumpingWrites(Library& lib, const std::string& op, F& fn, DispatchKey k, ImplOptions options,
-                       const std::vector<bool>& written, std::source_location where) {
-  if constexpr (WriteBumping<Sig>::template kWraps<F>) {
-    if (!written.empty()) {
-      lib.impl(op, WriteBumping<Sig>::wrap(fn, written), k, options, where);
-      return;
+// What a custom op's kernel does around fn, fixed when it is registered.
+struct CustomKernelInfo {
+  std::string op;
+  DispatchKey key = DispatchKey::Undefined;
+  std::vector<bool> written;  // per argument, whether the schema declares it written
+  bool writes = false;        // some argument is
+  uint64_t declared = 0;      // bit r: the schema declares result r an alias (left unchecked)
+};
+// Reads both off op's schema.
+STRATA_MODES_API CustomKernelInfo customKernelInfo(std::string_view op, DispatchKey key);
+
+// One tensor of a call, for the check: its storage (null: none to share), its
+// TensorImpl, and where it came from.
+struct AliasSeen {
+  const void* storage;
+  const void* impl;
+  uint32_t index;    // the argument's, or the result's
+  uint32_t element;  // kAliasInput for an input; else the element of a list result, or kAliasWhole
+};
+inline constexpr uint32_t kAliasInput = UINT32_MAX;
+inline constexpr uint32_t kAliasWhole = UINT32_MAX - 1;
+
+inline AliasSeen aliasSeen(const Tensor& t, uint32_t index, uint32_t element) {
+  if (!t.defined()) return {nullptr, nullptr, index, element};
+  const TensorImpl* impl = t.unsafeGetTensorImpl();
+  return {impl->storage().get(), impl, index, element};
+}
+// An argument that is one tensor (Tensor, Tensor?); none for any other.
+template <typename T>
+AliasSeen argumentSeen(const T& a, uint32_t index) {
+  using D = std::remove_cvref_t<T>;
+  if constexpr (std::is_same_v<D, Tensor>) {
+    return aliasSeen(a, index, kAliasInput);
+  } else if constexpr (std::is_same_v<D, std::optional<Tensor>>) {
+    return a ? aliasSeen(*a, index, kAliasInput) : AliasSeen{nullptr, nullptr, index, kAliasInput};
+  } else {
+    return {nullptr, nullptr, index, kAliasInput};
+  }
+}
+template <typename T>
+constexpr bool kIsTensorList = std::is_same_v<std::remove_cvref_t<T>, std::vector<Tensor>> ||
+                               std::is_same_v<std::remove_cvref_t<T>, ArrayRef<Tensor>> ||
+                               std::is_same_v<std::remove_cvref_t<T>, std::vector<std::optional<Tensor>>>;
+
+// Whether a value of type T can hold a tensor.
+template <typename T>
+struct HoldsTensors {
+  using D = std::remove_cvref_t<T>;
+  static constexpr bool value = std::is_same_v<D, Tensor> || std::is_same_v<D, std::optional<Tensor>> ||
+                                kIsTensorList<D>;
+};
+template <typename... T>
+struct HoldsTensors<std::tuple<T...>> {
+  static constexpr bool value = (HoldsTensors<T>::value || ...);
+};
+template <>
+struct HoldsTensors<void> {
+  static constexpr bool value = false;
+};
+
+// Throws the error of Note [A custom op's outputs are new tensors]: `result` shares
+// its storage with `earlier` (an input, or a result before it).
+[[noreturn]] STRATA_MODES_API void throwAliasedResult(const CustomKernelInfo& info, const AliasSeen& earlier,
+                                                      const AliasSeen& result);
+// The general check: each result against the inputs and the results before it.
+STRATA_MODES_API void checkAliases(const CustomKernelInfo& info, const std::vector<AliasSeen>& inputs,
+                                   const std::vector<AliasSeen>& results);
+
+template <typename T>
+void collectInput(std::vector<AliasSeen>& out, const T& a, uint32_t index) {
+  if constexpr (kIsTensorList<T>) {
+    for (const auto& t : a) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(t)>, Tensor>) {
+        out.push_back(aliasSeen(t, index, kAliasInput));
+      } else if (t) {
+        out.push_back(aliasSeen(*t, index, kAliasInput));
+      }
+    }
+  } else {
+    out.push_back(argumentSeen(a, index));
+  }
+}
+template <typename T>
+void collectResult(std::vector<AliasSeen>& out, const T& r, uint32_t index, uint64_t declared) {
+  using D = std::remove_cvref_t<T>;
+  if (index < 64 && ((declared >> index) & 1) != 0) return;
+  if constexpr (std::is_same_v<D, Tensor>) {
+    out.push_back(aliasSeen(r, index, kAliasWhole));
+  } else if constexpr (std::is_same_v<D, std::optional<Tensor>>) {
+    if (r) out.push_back(aliasSeen(*r, index, kAliasWhole));
+  } else if constexpr (kIsTensorList<D>) {
+    uint32_t e = 0;
+    for (const auto& t : r) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(t)>, Tensor>) {
+        out.push_back(aliasSeen(t, index, e));
+      } else if (t) {
+        out.push_back(aliasSeen(*t, index, e));
+      }
+      ++e;
     }
   }
-  lib.impl(op, fn, k, options, where);
+}
+template <typename... T>
+void collectResult(std::vector<AliasSeen>& out, const std::tuple<T...>& r, uint32_t, uint64_t declared) {
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (collectResult(out, std::get<I>(r), static_cast<uint32_t>(I), declared), ...);
+  }(std::index_sequence_for<T...>{});
+}
+
+// A custom op's kernel as registered: fn, with two things around it, on every call.
+// Before it, a bump of the version counter of every argument the schema declares
+// written, as PyTorch's custom_op does at ADInplaceOrView: a tensor saved for backward
+// and then written by the op is then caught at backward ("modified by an inplace
+// operation") whether or not anything in the call required grad. After it, the check
+// of Note [A custom op's outputs are new tensors]. fn itself when neither applies. fn
+// may take a DispatchKeySet first; it gets the one the call brought.
+template <typename Sig>
+struct CustomKernel;
+template <typename R, typename... A>
+struct CustomKernel<R(A...)> {
+  static constexpr bool kChecks = HoldsTensors<R>::value;
+  // One Tensor back and no list in: the inputs go in an array, and the result is
+  // compared inline. Anything else takes the general check.
+  static constexpr bool kOneTensor = std::is_same_v<std::remove_cvref_t<R>, Tensor> && !(kIsTensorList<A> || ...);
+  template <typename T>
+  static constexpr bool kByValue = !std::is_reference_v<T> && HoldsTensors<T>::value;
+  static constexpr bool kAnyByValue = (kByValue<A> || ...);
+
+  // The hot compare reads storages alone; the error's details are made only on a clash.
+  template <typename T, typename Before>
+  __attribute__((always_inline)) static void checkArgument(const CustomKernelInfo& info, const Tensor& r,
+                                                           const void* out, const T& a, const Before& before,
+                                                           uint32_t n) {
+    if constexpr (HoldsTensors<T>::value) {
+      const void* in;
+      if constexpr (kByValue<T>) in = before[n].storage;
+      else in = argumentSeen(a, n).storage;
+      if (__builtin_expect(in == out, 0)) {
+        AliasSeen seen;
+        if constexpr (kByValue<T>) seen = before[n];
+        else seen = argumentSeen(a, n);
+        throwAliasedResult(info, seen, aliasSeen(r, 0, kAliasWhole));
+      }
+    }
+  }
+
+  template <typename Fn, typename... Keys>
+  __attribute__((always_inline)) static R run(Fn& fn, const CustomKernelInfo& info, Keys... keys, A... a) {
+    // Before the call, which may move a by-value argument into fn: the write happens
+    // inside fn either way, and what checks a version checks it later.
+    if (info.writes) {
+      size_t i = 0;
+      ((info.written[i++] ? bumpVersions(a) : void()), ...);
+      (void)i;
+    }
+    if constexpr (!kChecks) {
+      return fn(keys..., std::forward<A>(a)...);
+    } else if constexpr (kOneTensor) {
+      // An argument taken by reference is still there after fn; one taken by value
+      // may have been moved into fn, so its tensor is noted before.
+      std::array<AliasSeen, kAnyByValue ? sizeof...(A) : 0> before;
+      if constexpr (kAnyByValue) {
+        uint32_t n = 0;
+        ((before[n] = argumentSeen(a, n), ++n), ...);
+      }
+      R r = fn(keys..., std::forward<A>(a)...);
+      if (__builtin_expect(info.declared == 0 && r.defined(), 1)) {
+        const void* const out = r.unsafeGetTensorImpl()->storage().get();
+        if (out != nullptr) {
+          uint32_t n = 0;
+          (checkArgument<A>(info, r, out, a, before, n++), ...);
+        }
+      }
+      return r;
+    } else {
+      std::vector<AliasSeen> in;
+      in.reserve(sizeof...(A));
+      uint32_t n = 0;
+      (collectInput(in, a, n++), ...);
+      R r = fn(keys..., std::forward<A>(a)...);
+      std::vector<AliasSeen> out;
+      collectResult(out, r, 0, info.declared);
+      checkAliases(info, in, out);
+      return r;
+    }
+  }
+
+  template <typename F>
+  static void impl(Library& lib, F& fn, CustomKernelInfo info, ImplOptions options, std::source_location where) {
+    using Fn = std::decay_t<F>;
+    const DispatchKey k = info.key;
+    const std::string op = info.op;
+    if (!kChecks && !info.writes) {
+      lib.impl(op, fn, k, options, where);
+    } else if constexpr (std::is_invocable_v<Fn&, A...>) {
+      lib.impl(op, [fn = Fn(fn), info = std::move(info)](A... a) mutable __attribute__((always_inline)) -> R {
+        return run<Fn>(fn, info, std::forward<A>(a)...);
+      }, k, options, where);
+    } else {
+      lib.impl(op, [fn = Fn(fn), info = std::move(info)](DispatchKeySet ks, A... a) mutable __attribute__((always_inline)) -> R {
+        return run<Fn, DispatchKeySet>(fn, info, ks, std::forward<A>(a)...);
+      }, k, options, where);
+    }
+  }
+};
+
+// Registers fn as op's kernel at k, as CustomKernel says.
+template <typename Sig, typename F>
+void implCustomKernel(Library& lib, const std::string& op, F& fn, DispatchKey k, ImplOptions options,
+                      std::source_location where) {
+  CustomKernel<Sig>::impl(lib, fn, customKernelInfo(op, k), options, where);
 }
 }  // namespace detail
 
@@ -211,7 +397,9 @@ class [[nodiscard("a custom op lasts as long as its CustomOpDef: keep it (Bundle
     if (!strata::detail::capturingStaticRegistrations()) typed_.emplace(op().template typed<Return(Args...)>());
   }
   // A dispatcher call of the op (every layer sees it).
-  Return operator()(Args... args) const { return typed().call(std::forward<Args>(args)...); }
+  __attribute__((always_inline)) Return operator()(Args... args) const {
+    return typed().call(std::forward<Args>(args)...);
+  }
   const TypedOperatorHandle<Return(Args...)>& typed() const {
     if (__builtin_expect(!typed_.has_value(), 0)) detail::refusedAtLoad(name());
     return *typed_;
@@ -271,8 +459,7 @@ TypedCustomOpDef<typename detail::CustomOpSig<F>::type> custom_op(
       detail::defineCustomOp(name, infer_schema<std::remove_cvref_t<F>>(), arg_names, mutates_args, schema, tags,
                              where);
   detail::checkDeviceKernelsCanBeReached(name, keys);  // a throw here undoes the def (lib goes)
-  const std::vector<bool> written = detail::writtenArguments(name);
-  for (DispatchKey k : keys) detail::implBumpingWrites<Sig>(*lib, std::string(name), fn, k, ImplOptions{}, written, where);
+  for (DispatchKey k : keys) detail::implCustomKernel<Sig>(*lib, std::string(name), fn, k, ImplOptions{}, where);
   detail::addTrivialFake(*lib, name, keys, where);
   return TypedCustomOpDef<Sig>(std::string(name), std::move(lib));
 }
@@ -281,10 +468,9 @@ template <typename F>
 CustomOpDef& CustomOpDef::register_kernel(std::vector<std::string> device_types, F&& fn,
                                           std::source_location where) {
   using Sig = typename detail::CustomOpSig<F>::type;
-  const std::vector<bool> written = detail::writtenArguments(name_);
   for (const std::string& d : device_types) {
-    detail::implBumpingWrites<Sig>(lib(), name_, fn, checkDeviceType(d, "register_kernel"),
-                                   ImplOptions{.allow_override = true}, written, where);
+    detail::implCustomKernel<Sig>(lib(), name_, fn, checkDeviceType(d, "register_kernel"),
+                                  ImplOptions{.allow_override = true}, where);
   }
   return *this;
 }
