@@ -962,7 +962,7 @@ int runKernelCommand(const QStringList& args) {
               << "\n";
         } else {
           out << q(op.str()) << " " << toString(key) << " is already " << (enable ? "enabled" : "disabled")
-              << "; nothing changed\n";
+              << "; nothing was changed\n";
         }
         return kExitOk;
       }

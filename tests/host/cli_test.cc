@@ -1086,10 +1086,10 @@ TEST(AdminCommands, AToggleToTheStateAKernelIsInChangesNothing) {
   r = run("kernel enable core::add.Tensor cpu --reason slow" + db);
   EXPECT_THAT(r.out, HasSubstr("enabled core::add.Tensor CPU (change"));
   r = run("kernel enable core::add.Tensor cpu --reason slow" + db);
-  EXPECT_THAT(r.out, HasSubstr("core::add.Tensor CPU is already enabled; nothing changed"));
+  EXPECT_THAT(r.out, HasSubstr("core::add.Tensor CPU is already enabled; nothing was changed"));
   ASSERT_EQ(run("kernel disable core::add.Tensor cpu --reason slow" + db).status, 0);
   r = run("kernel disable core::add.Tensor cpu --reason slow" + db);
-  EXPECT_THAT(r.out, HasSubstr("is already disabled; nothing changed"));
+  EXPECT_THAT(r.out, HasSubstr("is already disabled; nothing was changed"));
   r = run("kernel disable core::add.Tensor cpu --reason wrong" + db);
   EXPECT_THAT(r.out, HasSubstr("disabled core::add.Tensor CPU (change"));
   r = run("audit --json" + db);
