@@ -176,10 +176,10 @@ CustomKernelInfo customKernelInfo(std::string_view op, DispatchKey key) {
     for (const Argument& a : args) info.written.push_back(a.is_write());
     info.writes = true;
   }
-  const auto& returns = schema.returns();
-  for (size_t r = 0; r < returns.size() && r < 64; ++r) {
-    if (returns[r].alias_info) info.declared |= uint64_t{1} << r;
-  }
+  // PyTorch's FunctionSchema._is_view_op: an argument some result may alias (Tensor(a),
+  // not written). Such an op's results are meant to be views; none is checked.
+  info.view_op = std::any_of(args.begin(), args.end(),
+                             [](const Argument& a) { return a.alias_info.has_value() && !a.alias_info->is_write; });
   return info;
 }
 
@@ -200,31 +200,38 @@ void checkAliases(const CustomKernelInfo& info, const std::vector<AliasSeen>& in
 void throwAliasedResult(const CustomKernelInfo& info, const AliasSeen& earlier, const AliasSeen& result) {
   const std::optional<OperatorHandle> h = Dispatcher::singleton().findSchema(parseOperatorName(info.op));
   const FunctionSchema* schema = h && h->hasSchema() ? &h->schema() : nullptr;
-  auto resultName = [](const AliasSeen& r) {
-    std::string s = "result " + std::to_string(r.index);
-    if (r.element != kAliasWhole) s += " (element " + std::to_string(r.element) + ")";
+  auto outputName = [](const AliasSeen& r) {
+    std::string s = "output " + std::to_string(r.index);
+    if (r.element != kAliasWhole) s = "element " + std::to_string(r.element) + " of " + s;
     return s;
   };
   std::string other;
-  std::string clone = "x.clone()";
-  if (earlier.element == kAliasInput) {
-    other = "argument " + std::to_string(earlier.index);
+  std::string advice;
+  if (earlier.input) {
+    std::string name = std::to_string(earlier.index);
     if (schema != nullptr && earlier.index < schema->arguments().size()) {
-      const std::string& n = schema->arguments()[earlier.index].name;
-      other = "argument '" + n + "'";
-      clone = n + ".clone()";
+      name = "'" + schema->arguments()[earlier.index].name + "'";
+    }
+    other = "argument " + name;
+    if (earlier.element != kAliasWhole) other = "element " + std::to_string(earlier.element) + " of " + other;
+    const std::string x = schema != nullptr && earlier.index < schema->arguments().size() && earlier.element == kAliasWhole
+                              ? schema->arguments()[earlier.index].name
+                              : "x";
+    advice = "Return a clone instead (e.g. " + x + ".clone())";
+    if (schema != nullptr && earlier.index < schema->arguments().size() && schema->arguments()[earlier.index].is_write()) {
+      advice += ", or return nothing: the op writes it in place already";
     }
   } else {
-    other = resultName(earlier);
+    other = outputName(earlier);
+    advice = "Return a clone of one of them instead";
   }
   const std::string kernel = info.key == DispatchKey::CompositeExplicitAutograd
                                  ? std::string("its default kernel")
                                  : "its " + std::string(toString(info.key)) + " kernel";
-  STRATA_FAIL(Value, info.op, " (", kernel, "): ", resultName(result),
+  STRATA_FAIL(Value, info.op, " (", kernel, "): ", outputName(result),
               earlier.impl == result.impl ? " is " + other : " shares its storage with " + other,
               "; the output of a custom op must not be one of its inputs, nor alias an input or another output, "
-              "since every layer takes its results as new tensors. Return a clone instead (e.g. ", clone,
-              "), or, for an op that writes an input, return nothing and name the input in mutates_args");
+              "since every layer takes its outputs as new tensors. ", advice, ".");
 }
 
 void checkDeviceKernelsCanBeReached(std::string_view name, const std::vector<DispatchKey>& keys) {

@@ -268,53 +268,95 @@ TEST(CustomOp, MutableAndKeySetKernelsAreTakenAsBefore) {
     return ks.has(DispatchKey::CPU) ? t.clone() : Tensor();
   }, {"t"}, {}, {"cpu"});
   EXPECT_TRUE(keyed(ops::ones({1})).defined());
+  // A kernel taking the DispatchKeySet bumps what it writes, as the plain form does.
+  auto keyed_ = custom_op("cop_kinds::keyed_", [](DispatchKeySet, Tensor& t) {
+    t.data_ptr<float>()[0] = 5.0f;  // through the pointer: only the op knows
+  }, {"t"}, {"t"}, {"cpu"});
+  Tensor y = ops::zeros({1});
+  const uint32_t vy = y._version();
+  keyed_(y);
+  EXPECT_EQ(y._version(), vy + 1);
 }
 
-// Note [A custom op's outputs are new tensors]: a result may not be an input, share an
-// input's storage, or share another result's; every kernel is checked on every call,
-// and a result the schema declares an alias is left alone.
-TEST(CustomOp, AResultMayNotBeAnInputOrShareStorageWithOne) {
+// Note [A custom op's outputs are new tensors]: an output may not be an input, share
+// an input's storage, or share another output's; every kernel is checked on every
+// call, and a view op is left alone.
+TEST(CustomOp, AnOutputMayNotBeAnInputOrShareStorageWithOne) {
   auto same = custom_op("cop_alias::same", [](const Tensor& x) { return x; }, {"x"}, {});
   const Tensor x = ops::ones({2, 2});
   EXPECT_THAT(errorOf([&] { same(x); }),
-              AllOf(HasSubstr("cop_alias::same (its default kernel): result 0 is argument 'x'"),
+              AllOf(HasSubstr("cop_alias::same (its default kernel): output 0 is argument 'x'"),
                     HasSubstr("must not be one of its inputs"), HasSubstr("Return a clone instead (e.g. x.clone())")));
   // A view, from a device kernel; a later register_kernel is checked as well.
   auto view = custom_op("cop_alias::view", [](const Tensor& a, const Tensor&) { return a.view({4}); }, {"a", "b"}, {},
                         {"cpu"});
   EXPECT_THAT(errorOf([&] { view(x, x); }),
-              HasSubstr("cop_alias::view (its CPU kernel): result 0 shares its storage with argument 'a'"));
+              HasSubstr("cop_alias::view (its CPU kernel): output 0 shares its storage with argument 'a'"));
   view.register_kernel({"cpu"}, [](const Tensor&, const Tensor& b) { return ops::transpose(b, 0, 1); });
-  EXPECT_THAT(errorOf([&] { view(x, ops::zeros({2, 2})); }), HasSubstr("result 0 shares its storage with argument 'b'"));
+  EXPECT_THAT(errorOf([&] { view(x, ops::zeros({2, 2})); }), HasSubstr("output 0 shares its storage with argument 'b'"));
   view.register_kernel({"cpu"}, [](const Tensor& a, const Tensor&) { return a.clone(); });
-  EXPECT_TRUE(view(x, x).equal(x));  // one tensor given as two arguments is no result's alias
-  // Two results that share a storage; an element of a list result; a Tensor? argument.
+  EXPECT_TRUE(view(x, x).equal(x));  // one tensor given as two arguments is no output's alias
+  // Two outputs that share a storage; an element of a list output; list and Tensor? arguments.
   auto pair = custom_op("cop_alias::pair", [](const Tensor& a) {
     Tensor y = a.clone();
     return std::make_tuple(y, ops::select(y, 0, 0));
   }, {"a"}, {});
-  EXPECT_THAT(errorOf([&] { pair(x); }), HasSubstr("result 1 shares its storage with result 0"));
+  EXPECT_THAT(errorOf([&] { pair(x); }),
+              AllOf(HasSubstr("output 1 shares its storage with output 0"), HasSubstr("Return a clone of one of them")));
   auto list = custom_op("cop_alias::list", [](const std::optional<Tensor>& a, const std::vector<Tensor>& bs) {
-    return std::vector<Tensor>{bs.at(0).clone(), a ? *a : bs.at(0)};
+    return std::vector<Tensor>{bs.at(0).clone(), a ? *a : bs.back()};
   }, {"a", "bs"}, {});
-  EXPECT_THAT(errorOf([&] { list(x, {ops::zeros({1})}); }), HasSubstr("result 0 (element 1) is argument 'a'"));
-  EXPECT_THAT(errorOf([&] { list(std::nullopt, {x}); }), HasSubstr("result 0 (element 1) is argument 'bs'"));
-  // An op that writes its input may not return it either (PyTorch refuses it too); one
-  // that takes the DispatchKeySet is checked as well.
+  EXPECT_THAT(errorOf([&] { list(x, {ops::zeros({1})}); }), HasSubstr("element 1 of output 0 is argument 'a'"));
+  EXPECT_THAT(errorOf([&] { list(std::nullopt, {ops::zeros({1}), x}); }),
+              HasSubstr("element 1 of output 0 is element 1 of argument 'bs'"));
+  auto opt_list = custom_op("cop_alias::opt_list", [](const std::optional<std::vector<Tensor>>& xs) {
+    return xs ? xs->at(0) : ops::zeros({1});
+  }, {"xs"}, {});
+  EXPECT_THAT(errorOf([&] { opt_list(std::vector<Tensor>{x}); }), HasSubstr("output 0 is element 0 of argument 'xs'"));
+  EXPECT_EQ(opt_list(std::nullopt).numel(), 1);
+  // An op that writes its input may not return it either (PyTorch refuses it too), not
+  // even with a schema that says so; one that takes the DispatchKeySet is checked too.
   auto write_ = custom_op("cop_alias::write_", [](Tensor& a) { a.fill_(2.0); return a; }, {"a"}, {"a"});
   Tensor w = ops::zeros({1});
-  EXPECT_THAT(errorOf([&] { write_(w); }), HasSubstr("result 0 is argument 'a'"));
-  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{2.0f}));  // the write happened; the result is refused
+  EXPECT_THAT(errorOf([&] { write_(w); }),
+              AllOf(HasSubstr("output 0 is argument 'a'"), HasSubstr("or return nothing: the op writes it in place")));
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{2.0f}));  // the write happened; the output is refused
+  auto write_declared = custom_op("cop_alias::write_declared", [](Tensor& a) { a.fill_(3.0); return a; }, {"a"},
+                                  {"a"}, {}, "(Tensor(a!) a) -> Tensor(a!)");
+  EXPECT_THAT(errorOf([&] { write_declared(w); }), HasSubstr("output 0 is argument 'a'"));
   auto keyed = custom_op("cop_alias::keyed", [](DispatchKeySet, const Tensor& t) { return t; }, {"t"}, {}, {"cpu"});
-  EXPECT_THAT(errorOf([&] { keyed(x); }), HasSubstr("cop_alias::keyed (its CPU kernel): result 0 is argument 't'"));
-  // Declared by a schema given by hand: a view op returns its view.
+  EXPECT_THAT(errorOf([&] { keyed(x); }), HasSubstr("cop_alias::keyed (its CPU kernel): output 0 is argument 't'"));
+  // A view op, by a schema given by hand, returns its views, even beside a new tensor.
   auto declared = custom_op("cop_alias::declared", [](const Tensor& a) { return a.view({4}); }, {}, {}, {},
                             "(Tensor(a) x) -> Tensor(a)");
   EXPECT_TRUE(declared(x).is_alias_of(x));
-  // Results that are not tensors, and undefined ones, are not checked.
+  auto views = custom_op("cop_alias::views", [](const Tensor& a) {
+    return std::make_tuple(a.clone(), ops::select(a, 0, 0));
+  }, {}, {}, {}, "(Tensor(a) x) -> (Tensor, Tensor(a))");
+  EXPECT_TRUE(std::get<1>(views(x)).is_alias_of(x));
+  // Outputs that are not tensors, and undefined ones, are not checked.
   auto none = custom_op("cop_alias::none", [](const Tensor& a) { return std::make_tuple(Tensor(), Tensor(), a.numel()); },
                         {"a"}, {});
   EXPECT_EQ(std::get<2>(none(x)), 4);
+}
+
+// A tensor taken by value may be freed inside fn (the call held its only reference),
+// and its memory reused for the output: that is a new tensor, not the argument.
+TEST(CustomOp, AnArgumentTakenByValueAndFreedIsNoOutputsAlias) {
+  auto by_value = custom_op("cop_byvalue::f", [](Tensor t) {
+    t = ops::add(t, t);  // the argument's last reference goes here
+    return ops::mul(t, t);
+  }, {"t"}, {});
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(by_value(ops::ones({2})).to_vector<float>(), (std::vector<float>{4.0f, 4.0f}));
+  auto lists = custom_op("cop_byvalue::g", [](std::vector<Tensor> ts) {
+    Tensor a = ops::add(ts.at(0), ts.at(0));
+    ts.clear();
+    return std::make_tuple(ops::mul(a, a), ops::ones({1}));
+  }, {"ts"}, {});
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(std::get<0>(lists({ops::ones({1})})).to_vector<float>(), (std::vector<float>{4.0f}));
+  // Still caught when fn returns it.
+  auto back = custom_op("cop_byvalue::back", [](Tensor t) { return t; }, {"t"}, {});
+  EXPECT_THAT(errorOf([&] { back(ops::ones({1})); }), HasSubstr("output 0 is argument 't'"));
 }
 
 // A schema given must agree with mutates_args, and a custom op's tensors are positional.

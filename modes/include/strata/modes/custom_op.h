@@ -33,9 +33,11 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <source_location>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -69,29 +71,75 @@ class STRATA_MODES_API MutatesArgs {
 };
 
 namespace detail {
+// The C++ types a custom op's value may hold tensors in: Tensor and Tensor?
+// (tensor-like), lists of those (std::vector, ArrayRef / std::span), an optional list,
+// and, for results, tuples of any of these.
+template <typename T>
+struct IsOptional : std::false_type {};
+template <typename T>
+struct IsOptional<std::optional<T>> : std::true_type {
+  using Inner = T;
+};
+template <typename T>
+constexpr bool kIsTensorLike =
+    std::is_same_v<std::remove_cvref_t<T>, Tensor> || std::is_same_v<std::remove_cvref_t<T>, std::optional<Tensor>>;
+template <typename T>
+struct IsTensorRange : std::false_type {};
+template <typename T>
+struct IsTensorRange<std::vector<T>> : std::bool_constant<kIsTensorLike<T>> {};
+template <typename T, size_t N>
+struct IsTensorRange<std::span<T, N>> : std::bool_constant<kIsTensorLike<T>> {};
+// A list of tensors, or an optional one.
+template <typename T>
+constexpr bool kIsTensorList = [] {
+  using D = std::remove_cvref_t<T>;
+  if constexpr (IsOptional<D>::value) return IsTensorRange<typename IsOptional<D>::Inner>::value;
+  else return IsTensorRange<D>::value;
+}();
+template <typename T>
+struct HoldsTensors : std::bool_constant<kIsTensorLike<T> || kIsTensorList<T>> {};
+template <typename... T>
+struct HoldsTensors<std::tuple<T...>> : std::bool_constant<(HoldsTensors<T>::value || ...)> {};
+template <>
+struct HoldsTensors<void> : std::false_type {};
+
+inline constexpr uint32_t kAliasWhole = UINT32_MAX;  // not an element of a list
+// Calls f(tensor, element) for each defined tensor a holds: element is its index in a
+// list, or kAliasWhole.
+template <typename T, typename F>
+void forEachTensor(const T& a, F&& f, uint32_t element = kAliasWhole) {
+  using D = std::remove_cvref_t<T>;
+  if constexpr (std::is_same_v<D, Tensor>) {
+    if (a.defined()) f(a, element);
+  } else if constexpr (IsOptional<D>::value) {
+    if constexpr (HoldsTensors<typename IsOptional<D>::Inner>::value) {
+      if (a) forEachTensor(*a, f, element);
+    }
+  } else if constexpr (IsTensorRange<D>::value) {
+    uint32_t e = 0;
+    for (const auto& t : a) forEachTensor(t, f, e++);
+  }
+}
+
 // Bumps the version counter of each tensor in a (Note [Version counters]).
 template <typename T>
 void bumpVersions(const T& a) {
-  using D = std::remove_cvref_t<T>;
-  if constexpr (std::is_same_v<D, Tensor>) {
-    if (a.defined() && a.wrapper() == nullptr) a.storage()->bump_version();
-  } else if constexpr (std::is_same_v<D, std::optional<Tensor>>) {
-    if (a) bumpVersions(*a);
-  } else if constexpr (std::is_same_v<D, std::vector<Tensor>> || std::is_same_v<D, ArrayRef<Tensor>> ||
-                       std::is_same_v<D, std::vector<std::optional<Tensor>>>) {
-    for (const auto& t : a) bumpVersions(t);
-  }
+  forEachTensor(a, [](const Tensor& t, uint32_t) {
+    if (t.wrapper() == nullptr) t.storage()->bump_version();
+  });
 }
 
 // Note [A custom op's outputs are new tensors]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A custom op is opaque: every layer above its kernel (autograd, fake tensors, a
 // trace) takes what it returns as new tensors. So, as PyTorch's custom_op does on
-// every call of a kernel (check_aliasing_constraint), a result may not be one of the
+// every call of a kernel (check_aliasing_constraint), an output may not be one of the
 // op's input tensors, share storage with one (a view of it), or share storage with
-// another result: the call throws Error(Value) naming the op, the result and the
-// argument, and asks for a clone. A result the schema declares an alias (a schema
-// given by hand, "-> Tensor(a)") is left alone, as PyTorch leaves a view op alone.
+// another output: the call throws Error(Value) naming the op, the output and the
+// argument, and asks for a clone. A view op (a schema given by hand with an argument
+// that a result may alias and that is not written, "(Tensor(a) x) -> Tensor(a)":
+// PyTorch's _is_view_op) is left alone, as in PyTorch; an op that writes an argument
+// (Tensor(a!)) may not return it.
 // A kernel that returns one Tensor pays a compare per tensor argument, about 2 ns a
 // call (custom_op/call_muladd against custom_op/library_muladd); one that returns
 // several tensors or a list, or takes a list, pays for two small vectors; one that
@@ -103,7 +151,7 @@ struct CustomKernelInfo {
   DispatchKey key = DispatchKey::Undefined;
   std::vector<bool> written;  // per argument, whether the schema declares it written
   bool writes = false;        // some argument is
-  uint64_t declared = 0;      // bit r: the schema declares result r an alias (left unchecked)
+  bool view_op = false;       // the schema says a result is a view of an argument: nothing is checked
 };
 // Reads both off op's schema.
 STRATA_MODES_API CustomKernelInfo customKernelInfo(std::string_view op, DispatchKey key);
@@ -114,48 +162,14 @@ struct AliasSeen {
   const void* storage;
   const void* impl;
   uint32_t index;    // the argument's, or the result's
-  uint32_t element;  // kAliasInput for an input; else the element of a list result, or kAliasWhole
+  uint32_t element;  // its index in a list, or kAliasWhole
+  bool input;
 };
-inline constexpr uint32_t kAliasInput = UINT32_MAX;
-inline constexpr uint32_t kAliasWhole = UINT32_MAX - 1;
 
-inline AliasSeen aliasSeen(const Tensor& t, uint32_t index, uint32_t element) {
-  if (!t.defined()) return {nullptr, nullptr, index, element};
+inline AliasSeen aliasSeen(const Tensor& t, uint32_t index, uint32_t element, bool input) {
   const TensorImpl* impl = t.unsafeGetTensorImpl();
-  return {impl->storage().get(), impl, index, element};
+  return {impl->storage().get(), impl, index, element, input};
 }
-// An argument that is one tensor (Tensor, Tensor?); none for any other.
-template <typename T>
-AliasSeen argumentSeen(const T& a, uint32_t index) {
-  using D = std::remove_cvref_t<T>;
-  if constexpr (std::is_same_v<D, Tensor>) {
-    return aliasSeen(a, index, kAliasInput);
-  } else if constexpr (std::is_same_v<D, std::optional<Tensor>>) {
-    return a ? aliasSeen(*a, index, kAliasInput) : AliasSeen{nullptr, nullptr, index, kAliasInput};
-  } else {
-    return {nullptr, nullptr, index, kAliasInput};
-  }
-}
-template <typename T>
-constexpr bool kIsTensorList = std::is_same_v<std::remove_cvref_t<T>, std::vector<Tensor>> ||
-                               std::is_same_v<std::remove_cvref_t<T>, ArrayRef<Tensor>> ||
-                               std::is_same_v<std::remove_cvref_t<T>, std::vector<std::optional<Tensor>>>;
-
-// Whether a value of type T can hold a tensor.
-template <typename T>
-struct HoldsTensors {
-  using D = std::remove_cvref_t<T>;
-  static constexpr bool value = std::is_same_v<D, Tensor> || std::is_same_v<D, std::optional<Tensor>> ||
-                                kIsTensorList<D>;
-};
-template <typename... T>
-struct HoldsTensors<std::tuple<T...>> {
-  static constexpr bool value = (HoldsTensors<T>::value || ...);
-};
-template <>
-struct HoldsTensors<void> {
-  static constexpr bool value = false;
-};
 
 // Throws the error of Note [A custom op's outputs are new tensors]: `result` shares
 // its storage with `earlier` (an input, or a result before it).
@@ -165,45 +179,17 @@ struct HoldsTensors<void> {
 STRATA_MODES_API void checkAliases(const CustomKernelInfo& info, const std::vector<AliasSeen>& inputs,
                                    const std::vector<AliasSeen>& results);
 
-template <typename T>
-void collectInput(std::vector<AliasSeen>& out, const T& a, uint32_t index) {
-  if constexpr (kIsTensorList<T>) {
-    for (const auto& t : a) {
-      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(t)>, Tensor>) {
-        out.push_back(aliasSeen(t, index, kAliasInput));
-      } else if (t) {
-        out.push_back(aliasSeen(*t, index, kAliasInput));
-      }
-    }
-  } else {
-    out.push_back(argumentSeen(a, index));
-  }
-}
-template <typename T>
-void collectResult(std::vector<AliasSeen>& out, const T& r, uint32_t index, uint64_t declared) {
-  using D = std::remove_cvref_t<T>;
-  if (index < 64 && ((declared >> index) & 1) != 0) return;
-  if constexpr (std::is_same_v<D, Tensor>) {
-    out.push_back(aliasSeen(r, index, kAliasWhole));
-  } else if constexpr (std::is_same_v<D, std::optional<Tensor>>) {
-    if (r) out.push_back(aliasSeen(*r, index, kAliasWhole));
-  } else if constexpr (kIsTensorList<D>) {
-    uint32_t e = 0;
-    for (const auto& t : r) {
-      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(t)>, Tensor>) {
-        out.push_back(aliasSeen(t, index, e));
-      } else if (t) {
-        out.push_back(aliasSeen(*t, index, e));
-      }
-      ++e;
-    }
-  }
-}
 template <typename... T>
-void collectResult(std::vector<AliasSeen>& out, const std::tuple<T...>& r, uint32_t, uint64_t declared) {
+void collectResults(std::vector<AliasSeen>& out, const std::tuple<T...>& r) {
   [&]<size_t... I>(std::index_sequence<I...>) {
-    (collectResult(out, std::get<I>(r), static_cast<uint32_t>(I), declared), ...);
+    (forEachTensor(std::get<I>(r),
+                   [&](const Tensor& t, uint32_t e) { out.push_back(aliasSeen(t, I, e, false)); }),
+     ...);
   }(std::index_sequence_for<T...>{});
+}
+template <typename T>
+void collectResults(std::vector<AliasSeen>& out, const T& r) {
+  forEachTensor(r, [&](const Tensor& t, uint32_t e) { out.push_back(aliasSeen(t, 0, e, false)); });
 }
 
 // A custom op's kernel as registered: fn, with two things around it, on every call.
@@ -218,27 +204,31 @@ struct CustomKernel;
 template <typename R, typename... A>
 struct CustomKernel<R(A...)> {
   static constexpr bool kChecks = HoldsTensors<R>::value;
-  // One Tensor back and no list in: the inputs go in an array, and the result is
-  // compared inline. Anything else takes the general check.
+  // One Tensor back and no list in: the result is compared inline with each tensor
+  // argument. Anything else takes the general check.
   static constexpr bool kOneTensor = std::is_same_v<std::remove_cvref_t<R>, Tensor> && !(kIsTensorList<A> || ...);
+  // An argument taken by value may be moved into fn and freed there, and its storage's
+  // address reused for a result: the check holds its own reference to such a one.
   template <typename T>
   static constexpr bool kByValue = !std::is_reference_v<T> && HoldsTensors<T>::value;
   static constexpr bool kAnyByValue = (kByValue<A> || ...);
 
+  template <typename T>
+  __attribute__((always_inline)) static const Tensor* tensorOf(const T& a) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<T>, Tensor>) return a.defined() ? &a : nullptr;
+    else return a && a->defined() ? &*a : nullptr;
+  }
   // The hot compare reads storages alone; the error's details are made only on a clash.
-  template <typename T, typename Before>
+  template <typename T, typename Kept>
   __attribute__((always_inline)) static void checkArgument(const CustomKernelInfo& info, const Tensor& r,
-                                                           const void* out, const T& a, const Before& before,
+                                                           const void* out, const T& a, const Kept& kept,
                                                            uint32_t n) {
     if constexpr (HoldsTensors<T>::value) {
-      const void* in;
-      if constexpr (kByValue<T>) in = before[n].storage;
-      else in = argumentSeen(a, n).storage;
-      if (__builtin_expect(in == out, 0)) {
-        AliasSeen seen;
-        if constexpr (kByValue<T>) seen = before[n];
-        else seen = argumentSeen(a, n);
-        throwAliasedResult(info, seen, aliasSeen(r, 0, kAliasWhole));
+      const Tensor* t;
+      if constexpr (kByValue<T>) t = kept[n].defined() ? &kept[n] : nullptr;
+      else t = tensorOf(a);
+      if (t != nullptr && __builtin_expect(t->unsafeGetTensorImpl()->storage().get() == out, 0)) {
+        throwAliasedResult(info, aliasSeen(*t, n, kAliasWhole, true), aliasSeen(r, 0, kAliasWhole, false));
       }
     }
   }
@@ -255,31 +245,38 @@ struct CustomKernel<R(A...)> {
     if constexpr (!kChecks) {
       return fn(keys..., std::forward<A>(a)...);
     } else if constexpr (kOneTensor) {
-      // An argument taken by reference is still there after fn; one taken by value
-      // may have been moved into fn, so its tensor is noted before.
-      std::array<AliasSeen, kAnyByValue ? sizeof...(A) : 0> before;
+      std::array<Tensor, kAnyByValue ? sizeof...(A) : 0> kept;
       if constexpr (kAnyByValue) {
         uint32_t n = 0;
-        ((before[n] = argumentSeen(a, n), ++n), ...);
+        (([&] {
+           if constexpr (kByValue<A>) {
+             if (const Tensor* t = tensorOf(a)) kept[n] = *t;
+           }
+         }(), ++n), ...);
       }
       R r = fn(keys..., std::forward<A>(a)...);
-      if (__builtin_expect(info.declared == 0 && r.defined(), 1)) {
+      if (__builtin_expect(!info.view_op && r.defined(), 1)) {
         const void* const out = r.unsafeGetTensorImpl()->storage().get();
         if (out != nullptr) {
           uint32_t n = 0;
-          (checkArgument<A>(info, r, out, a, before, n++), ...);
+          (checkArgument<A>(info, r, out, a, kept, n++), ...);
         }
       }
       return r;
     } else {
       std::vector<AliasSeen> in;
-      in.reserve(sizeof...(A));
+      std::vector<Tensor> kept;
       uint32_t n = 0;
-      (collectInput(in, a, n++), ...);
+      ((forEachTensor(a, [&](const Tensor& t, uint32_t e) {
+          in.push_back(aliasSeen(t, n, e, true));
+          if constexpr (kByValue<A>) kept.push_back(t);
+        }), ++n), ...);
       R r = fn(keys..., std::forward<A>(a)...);
-      std::vector<AliasSeen> out;
-      collectResult(out, r, 0, info.declared);
-      checkAliases(info, in, out);
+      if (!info.view_op) {
+        std::vector<AliasSeen> out;
+        collectResults(out, r);
+        checkAliases(info, in, out);
+      }
       return r;
     }
   }
