@@ -289,6 +289,19 @@ QString unlistedNamespace(const std::string& owner, const BundleMetadata& m) {
   return {};
 }
 
+// The namespaces of "defines" in which the bundle (owner) defined no operator.
+QStringList definedButEmpty(const std::string& owner, const BundleMetadata& m) {
+  QSet<QString> defined;
+  for (const RegistrationInfo& r : Dispatcher::singleton().ownedBy(owner).registrations) {
+    if (r.what == RegistrationInfo::What::Def) defined.insert(q(r.op.substr(0, r.op.find("::"))));
+  }
+  QStringList out;
+  for (const QString& n : m.defines) {
+    if (!defined.contains(n)) out << "'" + n + "'";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::optional<BundleMetadata> checkPluginMetaData(const QJsonObject& meta, QString* why) {
@@ -518,7 +531,7 @@ bool PluginHost::record(const BundleFile& f, const QString& state, const QString
   // Each rejection is logged once, when it is new or its reason changed (a rescan
   // decides the same again for every file still there).
   const bool news = added || it->second.state != r.state || it->second.reason != r.reason;
-  if (state == "rejected" && news) qCWarning(lcHost).noquote() << "rejected" << f.path << ":" << reason;
+  if (state == "rejected" && news) qCWarning(lcHost).noquote() << "rejected" << f.path + ":" << reason;
   it->second = std::move(row);
   if (store_ == nullptr || !recording_ || !to_store) return news;
   try {
@@ -1172,6 +1185,16 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
     check_note = failure.isEmpty() ? QString("strata check passed: %1 test(s)").arg(ran)
                                    : "strata check failed: " + failure;
     if (!failure.isEmpty()) qCWarning(lcHost).noquote() << m.name + "@" + m.version_text << check_note;
+  }
+  // A namespace the bundle says it defines but holds no op of: most often a custom_op
+  // or Library made in registerAll and not kept (BundleRegistrar::keep), which went
+  // when registerAll returned. Loaded all the same (a bundle may define a namespace
+  // for later versions), with a warning that says why it may be empty.
+  if (const QStringList empty = definedButEmpty(registrar->owner(), m); !empty.isEmpty()) {
+    qCWarning(lcHost).noquote() << m.name + "@" + m.version_text << "defines no operator in namespace"
+                                << empty.join(", ")
+                                << "(bundle.json lists it in \"defines\"); an op made in registerAll and not kept "
+                                   "with r.keep(...) is removed when registerAll returns";
   }
   if (!f.insecure.isEmpty()) {
     const QString note = "loaded with --allow-insecure-plugins although " + f.insecure.section(';', 0, 0);

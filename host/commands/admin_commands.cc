@@ -43,14 +43,6 @@ std::string s(const QString& x) { return x.toStdString(); }
 
 std::atomic<int> g_stop_signal{0};
 
-// One shell word: as is when it is plain, else single-quoted.
-QString shellQuoted(const QString& w) {
-  static const QRegularExpression plain("^[A-Za-z0-9_./:@+=,%-]+$");
-  if (plain.match(w).hasMatch()) return w;
-  QString out = "'";
-  for (QChar c : w) out += c == '\'' ? QString("'\\''") : QString(c);
-  return out + "'";
-}
 extern "C" void onStopSignal(int sig) { g_stop_signal.store(sig); }
 
 QJsonObject toJson(const db::BundleRow& b) {
@@ -298,6 +290,16 @@ QString pluginDirOption(const QCommandLineParser& parser) {
 }
 QString storeOption(const QCommandLineParser& parser) {
   return parser.isSet("db") ? parser.value("db") : defaultStorePath();
+}
+QString shellQuoted(const QString& w) {
+  static const QRegularExpression plain("^[A-Za-z0-9_./:@+=,%-]+$");
+  if (plain.match(w).hasMatch()) return w;
+  QString out = "'";
+  for (QChar c : w) out += c == '\'' ? QString("'\\''") : QString(c);
+  return out + "'";
+}
+QString storeArgument(const QCommandLineParser& parser) {
+  return parser.isSet("db") ? " --db " + shellQuoted(QFileInfo(parser.value("db")).absoluteFilePath()) : QString();
 }
 QString actorOption(const QCommandLineParser& parser) {
   if (parser.isSet("actor") && !parser.value("actor").isEmpty()) return parser.value("actor");

@@ -35,6 +35,11 @@ inline constexpr int kExitTimeout = 3;
 void addHostOptions(QCommandLineParser& parser, bool with_plugins = true);
 QString pluginDirOption(const QCommandLineParser& parser);
 QString storeOption(const QCommandLineParser& parser);
+// " --db PATH" (absolute, shell-quoted) when the command was given --db, else "": for
+// a hint's command line, so that it acts on the same store.
+QString storeArgument(const QCommandLineParser& parser);
+// One shell word: as is when it is plain, else single-quoted.
+QString shellQuoted(const QString& w);
 // --actor, else the login name.
 QString actorOption(const QCommandLineParser& parser);
 

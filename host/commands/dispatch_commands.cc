@@ -26,7 +26,7 @@ namespace {
 // Who disabled the kernel a failed call needed, and how to turn it on again: the
 // store's record of each disabled kernel of `op`, when the dispatcher said that a
 // disabled kernel left no kernel to run. "" otherwise.
-std::string whyDisabled(const Session& session, const std::exception& failure) {
+std::string whyDisabled(const Session& session, const std::exception& failure, const std::string& db_arg) {
   const auto* e = dynamic_cast<const Error*>(&failure);
   if (e == nullptr || e->kind() != ErrorKind::NotImplemented || session.store == nullptr) return "";
   // "OP: no kernel for dispatch key K (...): its KEY kernel is disabled (...)": the op
@@ -39,7 +39,7 @@ std::string whyDisabled(const Session& session, const std::exception& failure) {
       continue;
     }
     out += "\n  " + k.op + " " + k.key + " was disabled by " + k.actor + " at " + k.time +
-           (k.reason.empty() ? "" : " (" + k.reason + ")") + ": `strata kernel enable " + k.op + " " + k.key +
+           (k.reason.empty() ? "" : " (" + k.reason + ")") + ": `strata kernel enable " + k.op + " " + k.key + db_arg +
            "` turns it on";
   }
   return out;
@@ -52,12 +52,19 @@ std::string whyMissing(const Session& session, const OperatorName& op) {
   if (!session.host) return "";
   const std::string ns = op.name.substr(0, op.name.find("::"));
   for (const db::HostBundleRow& row : session.host->view()) {
-    if (row.state != "disabled" && row.state != "rejected") continue;
+    if (row.state != "disabled" && row.state != "rejected" && row.state != "loaded") continue;
     // Only a file whose metadata the host read (it has a version): one refused before
     // that (a FIFO, an insecure or untrusted file) is never parsed (Note [Plugin trust]).
     if (row.version.empty()) continue;
     const BundleFile f = readBundleFile(QString::fromStdString(row.path));
     if (!f.metadata || !f.metadata->defines.contains(QString::fromStdString(ns))) continue;
+    if (row.state == "loaded") {
+      // Loaded, and it defines the namespace, but not this op: most often a custom_op or
+      // a Library made in registerAll and not kept, which goes when registerAll returns.
+      return " (bundle " + row.name + "@" + row.version + ", which defines namespace " + ns +
+             ", is loaded but registered no such operator; an op it made in registerAll is removed when "
+             "registerAll returns unless the bundle keeps what made it: r.keep(std::move(op)))";
+    }
     if (row.state == "disabled") {
       return " (" + row.reason + ", which defines namespace " + ns + "; `strata plugins enable " + row.name +
              "` loads it again)";
@@ -725,7 +732,7 @@ int runCallCommand(const QStringList& args) {
     }
     return kExitOk;
   } catch (const std::exception& e) {
-    err << "error: " << e.what() << (session ? q(whyDisabled(*session, e)) : QString()) << "\n";
+    err << "error: " << e.what() << (session ? q(whyDisabled(*session, e, storeArgument(parser).toStdString())) : QString()) << "\n";
     return kExitInvalidInput;
   }
 }

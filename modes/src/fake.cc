@@ -201,8 +201,13 @@ Stack FakeTensorMode::dispatch(const OperatorHandle& op, const TensorTypes& /*ty
   } else if (slot.kernel != nullptr && source == "composite implicit kernel") {
     how = How::Composite;
   } else {
-    const bool disabled = !Dispatcher::singleton().isKernelEnabled(op.operator_name(), DispatchKey::Meta);
-    STRATA_FAIL(NotImplemented, op.name(), " has no fake implementation", disabled ? " (its Meta kernel is disabled)" : "",
+    if (!Dispatcher::singleton().isKernelEnabled(op.operator_name(), DispatchKey::Meta)) {
+      // It has one, switched off: say how to turn it on, not to register another.
+      STRATA_FAIL(NotImplemented, op.name(), " has no fake implementation to run: its Meta kernel (the fake impl) "
+                  "is disabled, and FakeTensorMode runs an op's fake impl or Meta kernel, never a real one; turn it "
+                  "on again (strata kernel enable ", op.name(), " meta, or set_kernel_enabled)");
+    }
+    STRATA_FAIL(NotImplemented, op.name(), " has no fake implementation",
                 ": FakeTensorMode runs an op's fake impl or Meta kernel, never a real one (its Meta slot holds ",
                 source == "missing" ? "nothing" : std::string(source), "). Register one with "
                 "strata::modes::register_fake(\"", op.name(), "\", fn) (strata/modes/fake.h), or a Meta kernel");

@@ -298,6 +298,11 @@ std::string testAutogradRegistration(const OperatorHandle& op, const Stack& args
   const Stack out = callOp(op, copyArgs(args, true));
   for (const Tensor& o : tensorsOf(out)) {
     if (o.defined() && o.requires_grad()) {
+      if (!Dispatcher::singleton().isKernelEnabled(op.operator_name(), DispatchKey::Autograd)) {
+        return "inputs require grad and the outputs do, but " + op.operator_name().str() +
+               "'s autograd formula is switched off, so a backward through it raises (strata kernel enable " +
+               op.operator_name().str() + " autograd)";
+      }
       return "inputs require grad and the outputs do, but " + op.operator_name().str() +
              " has no autograd formula (Autograd kernel) and no CompositeImplicitAutograd kernel: a backward through "
              "it raises; register one with register_autograd";

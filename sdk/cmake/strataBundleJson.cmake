@@ -123,8 +123,13 @@ function(strata_check_bundle_json file error_var name_var version_var)
   endif()
   foreach(key defines implements)
     string(JSON t ERROR_VARIABLE err TYPE "${text}" ${key})
-    if(err OR NOT t STREQUAL "ARRAY")
-      set(${error_var} "${file}: \"${key}\" must be an array of namespaces, possibly empty (e.g. [\"mylib\"])"
+    if(err)
+      set(${error_var} "${file}: \"${key}\" is missing; it is an array of namespaces, possibly empty (e.g. [\"mylib\"])"
+          PARENT_SCOPE)
+      return()
+    endif()
+    if(NOT t STREQUAL "ARRAY")
+      set(${error_var} "${file}: \"${key}\" must be an array of namespaces, possibly empty (e.g. [\"mylib\"]), not a ${t}"
           PARENT_SCOPE)
       return()
     endif()

@@ -284,6 +284,29 @@ TEST(CliTest, AForeignThrowAndAnUnwritableOutputAreErrors) {
   std::filesystem::remove_all(tmp);
 }
 
+// A bundle that makes its op in registerAll and does not keep it loads with a warning,
+// and a call of the op says why it may be missing; a second DEF library of one
+// namespace is refused naming the bundle that made both.
+TEST(CliTest, AnOpNotKeptAndASecondDefLibraryAreExplained) {
+  const std::string tmp = ::testing::TempDir() + "/strata_cli_unkept." + std::to_string(::getpid());
+  std::filesystem::create_directories(tmp + "/plugins");
+  for (const char* b : {"libunkept.so", "libtwo_defs.so"}) {
+    std::filesystem::copy_file(std::string(STRATA_BUILD_DIR) + "/tests/bundles/" + b, tmp + "/plugins/" + b,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  const std::string where = " --plugins " + q(tmp + "/plugins") + " --db " + q(tmp + "/s.db");
+  const Result r = run("call unkept::f 'ones(2)'" + where);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("unkept@1.0.0 defines no operator in namespace 'unkept'"));
+  EXPECT_THAT(r.out, HasSubstr("no operator named unkept::f (bundle unkept@1.0.0, which defines namespace unkept, "
+                               "is loaded but registered no such operator"));
+  EXPECT_THAT(r.out, HasSubstr("r.keep(std::move(op))"));
+  const Result list = run("plugins list" + where);
+  EXPECT_THAT(list.out, HasSubstr("Only a single STRATA_LIBRARY"));
+  EXPECT_THAT(list.out, HasSubstr("Previous STRATA_LIBRARY: registered by r.library() in bundle two_defs 1.0.0"));
+  std::filesystem::remove_all(tmp);
+}
+
 TEST(CliOpsTest, ListsTheCoreOpsAndFilters) {
   const Result r = run("ops");
   EXPECT_EQ(r.status, 0);
@@ -999,7 +1022,8 @@ TEST(AdminCommands, ReadingMakesNoStoreAndMalformedFlagsAreNamed) {
   EXPECT_THAT(r.out, HasSubstr("no kernel for dispatch key CPU (call key set DispatchKeySet(CPU)): its CPU kernel is "
                                "disabled (set_kernel_enabled)"));
   EXPECT_THAT(r.out, HasSubstr("core::neg CPU was disabled by "));
-  EXPECT_THAT(r.out, HasSubstr(" (wrong sign): `strata kernel enable core::neg CPU` turns it on"));
+  // The hint carries the command's --db, so that run as it is it turns the kernel on.
+  EXPECT_THAT(r.out, HasSubstr(" (wrong sign): `strata kernel enable core::neg CPU --db " + dir + "/s.db` turns it on"));
   // Only the disabled kernel that would have served the call is named: one at an
   // alias key ("default") too, and not another key's of the same op.
   ASSERT_EQ(run("kernel disable core::neg AutogradCPU" + db).status, 0);
@@ -1898,7 +1922,12 @@ TEST(ExternalBundle, BuildsAndLoadsTheReadmeExample) {
   EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"defines\" holds a NUMBER (entry 0), which is not a namespace"));
   std::ofstream(dir + "/bundle.json") << head << STRATA_SDK_ABI_MINOR << R"(}, "description": "d"})";
   EXPECT_NE(rebuild(), 0);
-  EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"defines\" must be an array of namespaces, possibly empty"));
+  EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"defines\" is missing; it is an array of namespaces, possibly empty"));
+  std::ofstream(dir + "/bundle.json") << head << STRATA_SDK_ABI_MINOR
+                                      << R"(}, "description": "d", "defines": ["a"], "implements": "b"})";
+  EXPECT_NE(rebuild(), 0);
+  EXPECT_THAT(log(), HasSubstr(dir + "/bundle.json: \"implements\" must be an array of namespaces, possibly empty "
+                               "(e.g. [\"mylib\"]), not a STRING"));
   std::ofstream(dir + "/bundle.json") << head << STRATA_SDK_ABI_MINOR
                                       << R"(}, "description": "d", "defines": ["my-lib"], "implements": []})";
   EXPECT_NE(rebuild(), 0);

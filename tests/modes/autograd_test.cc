@@ -893,6 +893,14 @@ TEST(Opcheck, CatchesWhatIsBrokenOneTestEach) {
   results = modes::opcheck("ag_broken::nograd", {xg}, modes::opcheck_default_tests(), false);
   EXPECT_THAT(results.at("test_autograd_registration"), HasSubstr("has no autograd formula"));
   EXPECT_EQ(results.at("test_schema"), "SUCCESS");
+  {
+    // One that has a formula, switched off: says so, and how to turn it on.
+    KernelEnabledScope off("core::neg", "autograd", false);
+    results = modes::opcheck("core::neg", {xg}, {"test_autograd_registration"}, false);
+    EXPECT_THAT(results.at("test_autograd_registration"),
+                AllOf(HasSubstr("core::neg's autograd formula is switched off"),
+                      HasSubstr("strata kernel enable core::neg autograd")));
+  }
   // test_vmap runs the loop to compare with the rule: no "no batching rule" warning
   // for an op that has one, and a real fallback afterwards still warns.
   std::vector<std::string> warnings;

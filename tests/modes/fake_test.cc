@@ -171,7 +171,10 @@ TEST(FakeTensorMode, NoRealKernelEverRunsAndAnOpWithoutAFakeImplSaysHowToAddOne)
   EXPECT_EQ(g_cpu_calls.load(), 0);
   // An admin who disables the Meta kernel disables it under the mode too.
   KernelEnabledScope off("fake_norun::with_meta", "meta", false);
-  EXPECT_THAT(errorOf([&] { call("fake_norun::with_meta", x); }), HasSubstr("its Meta kernel is disabled"));
+  // The error says how to turn it on, not to register another.
+  EXPECT_THAT(errorOf([&] { call("fake_norun::with_meta", x); }),
+              AllOf(HasSubstr("its Meta kernel (the fake impl) is disabled"),
+                    HasSubstr("strata kernel enable fake_norun::with_meta meta"), ::testing::Not(HasSubstr("register_fake"))));
 }
 
 // PyTorch's DataDependentOutputException / DynamicOutputShapeException: a Meta

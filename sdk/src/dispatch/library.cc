@@ -98,6 +98,7 @@ std::string Library::where(std::source_location loc) const {
   if (loc.file_name() != nullptr && loc.file_name()[0] != '\0') {
     return std::string("registered at ").append(loc.file_name()).append(":").append(std::to_string(loc.line()));
   }
+  if (!file_.empty() && line_ == 0) return std::string("registered ").append(file_);  // "by ..."
   if (!file_.empty()) return std::string("registered at ").append(file_).append(":").append(std::to_string(line_));
   return "registered at (unknown)";
 }

@@ -320,40 +320,54 @@ class [[nodiscard("a custom op lasts as long as its CustomOpDef: keep it (Bundle
   const FunctionSchema& schema() const { return op().schema(); }
 
   // fn becomes the kernel of each device type (replacing the one custom_op gave it).
+  //
+  // Each register_* is for a CustomOpDef that is kept: called on the one custom_op
+  // just returned (`custom_op(...).register_fake(...)`, as one chains in Python), it
+  // would register on an op that is removed at the end of the statement, so that does
+  // not compile (the deleted && overloads). Keep the def first, then register:
+  //   auto op = custom_op(...);  op.register_fake(...);  r.keep(std::move(op));
   template <typename F>
   CustomOpDef& register_kernel(std::vector<std::string> device_types, F&& fn,
-                               std::source_location where = std::source_location::current());
+                               std::source_location where = std::source_location::current()) &;
+  template <typename F>
+  CustomOpDef& register_kernel(std::vector<std::string>, F&&, std::source_location = {}) && = delete;
   // The op's fake implementation (register_fake). A custom op owns its op, so each of
   // these replaces the one it registered before, as in PyTorch (a bare
   // register_fake/register_autograd/... needs allow_override for that).
   template <typename F>
-  CustomOpDef& register_fake(F&& fn, std::source_location where = std::source_location::current()) {
+  CustomOpDef& register_fake(F&& fn, std::source_location where = std::source_location::current()) & {
     modes::register_fake(name_, std::forward<F>(fn), lib(), /*allow_override=*/true, where);
     return *this;
   }
+  template <typename F>
+  CustomOpDef& register_fake(F&&, std::source_location = {}) && = delete;  // keep the def first (above)
   CustomOpDef& register_autocast(std::string_view device_type, ScalarType cast_inputs,
-                                 std::source_location where = std::source_location::current()) {
+                                 std::source_location where = std::source_location::current()) & {
     modes::register_autocast(name_, device_type, cast_inputs, lib(), /*allow_override=*/true, where);
     return *this;
   }
   // The op's backward formula (register_autograd): setup_context saves what backward
   // needs; the keyword-only form for an op with keyword-only arguments.
+  CustomOpDef& register_autocast(std::string_view, ScalarType, std::source_location = {}) && = delete;
   CustomOpDef& register_autograd(BackwardFn backward, SetupContextFn setup_context = {},
-                                 std::source_location where = std::source_location::current()) {
+                                 std::source_location where = std::source_location::current()) & {
     modes::register_autograd(name_, std::move(backward), std::move(setup_context), lib(), /*allow_override=*/true,
                              where);
     return *this;
   }
   CustomOpDef& register_autograd(BackwardFn backward, SetupContextKwFn setup_context,
-                                 std::source_location where = std::source_location::current()) {
+                                 std::source_location where = std::source_location::current()) & {
     modes::register_autograd(name_, std::move(backward), std::move(setup_context), lib(), /*allow_override=*/true,
                              where);
     return *this;
   }
-  CustomOpDef& register_vmap(VmapRule rule, std::source_location where = std::source_location::current()) {
+  CustomOpDef& register_autograd(BackwardFn, SetupContextFn = {}, std::source_location = {}) && = delete;
+  CustomOpDef& register_autograd(BackwardFn, SetupContextKwFn, std::source_location = {}) && = delete;
+  CustomOpDef& register_vmap(VmapRule rule, std::source_location where = std::source_location::current()) & {
     modes::register_vmap(name_, std::move(rule), lib(), /*allow_override=*/true, where);
     return *this;
   }
+  CustomOpDef& register_vmap(VmapRule, std::source_location = {}) && = delete;
   // Turns the op's kernel for a device type off (or on) for a scope, as
   // CustomOpDef.set_kernel_enabled does: `auto off = op.set_kernel_enabled("cpu", false);`
   [[nodiscard]] KernelEnabledScope set_kernel_enabled(std::string_view device_type, bool enabled) const {
@@ -463,7 +477,7 @@ TypedCustomOpDef<typename detail::CustomOpSig<F>::type> custom_op(
 
 template <typename F>
 CustomOpDef& CustomOpDef::register_kernel(std::vector<std::string> device_types, F&& fn,
-                                          std::source_location where) {
+                                          std::source_location where) & {
   using Sig = typename detail::CustomOpSig<F>::type;
   for (const std::string& d : device_types) {
     detail::implCustomKernel<Sig>(lib(), name_, fn, checkDeviceType(d, "register_kernel"),
