@@ -340,6 +340,19 @@ TEST(CustomOp, AnOutputMayNotBeAnInputOrShareStorageWithOne) {
   EXPECT_EQ(std::get<2>(none(x)), 4);
 }
 
+// Registering on the def custom_op just returned (chaining, as in Python) would register
+// on an op removed at the end of the statement: it does not compile.
+template <typename Def>
+concept CanRegisterFakeOn = requires(Def&& d) {
+  std::forward<Def>(d).register_fake([](const Tensor& x) { return ops::empty_like(x); });
+};
+template <typename Def>
+concept CanRegisterAutogradOn = requires(Def&& d) { std::forward<Def>(d).register_autograd(modes::BackwardFn{}); };
+using SinDef = modes::TypedCustomOpDef<Tensor(const Tensor&)>;
+static_assert(CanRegisterFakeOn<SinDef&> && CanRegisterAutogradOn<SinDef&>);
+static_assert(!CanRegisterFakeOn<SinDef&&> && !CanRegisterAutogradOn<SinDef&&>);
+static_assert(!CanRegisterFakeOn<SinDef>);
+
 // A tensor taken by value may be freed inside fn (the call held its only reference),
 // and its memory reused for the output: that is a new tensor, not the argument.
 TEST(CustomOp, AnArgumentTakenByValueAndFreedIsNoOutputsAlias) {
