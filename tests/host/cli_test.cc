@@ -248,6 +248,13 @@ TEST(CliCheck, MuladdPassesAndTheBrokenBundleFailsOneTestPerOp) {
   const Result table = run("check broken_check --plugins " + q(tmp + "/plugins") + " --db " + q(tmp + "/b.db"));
   EXPECT_EQ(table.status, 1);
   EXPECT_THAT(table.out, HasSubstr(", 3 failed\n"));
+  // A host serving with --check=enforce refuses the bundle; a local command, whose scan
+  // checks nothing, runs it and says that a host refused it.
+  const std::string served = "--db " + q(tmp + "/e.db") + " --plugins " + q(tmp + "/plugins");
+  run("serve --check=enforce " + served, "", "timeout -s INT 4");
+  const Result local = run("call broken_check::sneaky 'ones(2)' " + served);
+  EXPECT_THAT(local.out, HasSubstr("note: this command loaded broken_check@1.0.0, which a host refused (strata check "
+                                   "failed"));
   const Result bad_policy = run("serve --check=sometimes --db " + q(tmp + "/a.db"));
   EXPECT_EQ(bad_policy.status, 2);
   EXPECT_THAT(bad_policy.out, HasSubstr("--check takes 'record' or 'enforce', got 'sometimes'"));
