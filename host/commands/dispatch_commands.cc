@@ -59,6 +59,13 @@ std::string whyMissing(const Session& session, const OperatorName& op) {
     const BundleFile f = readBundleFile(QString::fromStdString(row.path));
     if (!f.metadata || !f.metadata->defines.contains(QString::fromStdString(ns))) continue;
     if (row.state == "loaded") {
+      // Only when the namespace holds no op at all: else this is likely a typo (the
+      // did-you-mean that follows says which).
+      const std::string prefix = ns + "::";
+      const auto names = Dispatcher::singleton().operatorNames();
+      if (std::any_of(names.begin(), names.end(), [&](const OperatorName& n) { return n.name.starts_with(prefix); })) {
+        continue;
+      }
       // Loaded, and it defines the namespace, but not this op: most often a custom_op or
       // a Library made in registerAll and not kept, which goes when registerAll returns.
       return " (bundle " + row.name + "@" + row.version + ", which defines namespace " + ns +
@@ -558,7 +565,8 @@ int runCallCommand(const QStringList& args) {
   parser.addOption({"fake", "A dry run: run the call under FakeTensorMode, where tensors have sizes, a dtype and "
                             "a device but no data, and print each output's shape, dtype and device (a size that "
                             "depends on data as u0, with its range). No real kernel runs: --explain shows the "
-                            "fake implementation or Meta kernel that did."});
+                            "fake implementation or Meta kernel that did. With --vmap, vmap runs under "
+                            "FakeTensorMode: the batching rule or the for-loop fallback on fake tensors."});
   addHostOptions(parser);
   parser.addPositionalArgument("op", "The operator: ns::name or ns::name.overload.", "OP");
   parser.addPositionalArgument("args", "Its arguments.", "[ARG...]");
@@ -670,7 +678,6 @@ int runCallCommand(const QStringList& args) {
     // The fake mode goes first, under any --mode: those see the call and pass it down.
     std::shared_ptr<modes::FakeTensorMode> fake;
     if (parser.isSet("fake")) {
-      STRATA_CHECK(!parser.isSet("vmap"), Value, "--fake and --vmap do not combine yet: run one or the other");
       fake = std::make_shared<modes::FakeTensorMode>();
       pushed.push_back(fake);
     }

@@ -1617,10 +1617,18 @@ TEST(CallFake, PrintsShapesDtypesAndDevicesAndRunsNoKernel) {
   // dump shows the fake impl.
   r = run("dump extension_cpp::mymuladd" + opts);
   EXPECT_THAT(r.out, HasSubstr("Meta                 kernel [fake, owner muladd@1.1.0"));
-  // A dry run does not combine with vmap (yet): said, not ignored.
+  // A dry run under vmap, as vmap under FakeTensorMode: the batching rule, or the
+  // for-loop fallback, runs on fake tensors; the result is the batched shape.
   r = run("call extension_cpp::mymuladd 'ones(2,3)' 'ones(2,3)' 1.0 --fake --vmap 0" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("FakeTensor(shape=[2, 3], dtype=float32, device=cpu)"));
+  r = run("call core::matmul 'ones(5,2,3)' 'ones(3,4)' --fake --vmap 0,None --explain" + opts);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("batching rule with in_dims (0, None)"));
+  EXPECT_THAT(r.out, HasSubstr("FakeTensor(shape=[5, 2, 4], dtype=float32, device=cpu)"));
+  r = run("call core::matmul 'ones(5,2,3)' 'ones(4,4)' --fake --vmap 0,None" + opts);
   EXPECT_NE(r.status, 0);
-  EXPECT_THAT(r.out, HasSubstr("--fake and --vmap do not combine"));
+  EXPECT_THAT(r.out, HasSubstr("shapes cannot be multiplied"));
 }
 
 TEST(CallVmap, ExplainNamesTheRuleOrTheFallback) {
