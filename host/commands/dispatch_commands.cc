@@ -79,6 +79,19 @@ std::string whyMissing(const Session& session, const OperatorName& op) {
     return " (bundle " + row.name + "@" + row.version + ", which defines namespace " + ns +
            ", was rejected: " + row.reason + ")";
   }
+  // Files refused unread (an insecure directory or file, an untrusted one): any of them
+  // may be the one that defines it.
+  size_t unread = 0;
+  std::string first;
+  for (const db::HostBundleRow& row : session.host->view()) {
+    if (row.state != "rejected" || !row.version.empty()) continue;
+    if (unread++ == 0) first = row.path + ": " + row.reason;
+  }
+  if (unread == 1) return " (a bundle file in the plugin directory was refused before it was read, " + first + ")";
+  if (unread > 1) {
+    return " (" + std::to_string(unread) + " bundle files in the plugin directory were refused before they were "
+           "read; the first, " + first + ")";
+  }
   return "";
 }
 

@@ -1476,7 +1476,10 @@ TEST(AdminCommands, AWorldWritablePluginDirectoryIsRefusedUnlessAllowed) {
   EXPECT_THAT(r.out, HasSubstr("the plugin directory " + plugins + " is writable by group and others (mode 0777)"));
   r = run("call extension_cpp::mymuladd 'ones(2)' 'ones(2)' 1.0" + opts);
   EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.out, HasSubstr("extension_cpp::mymuladd"));
+  // The missing op's error says that a file was refused unread, and why.
+  EXPECT_THAT(r.out, HasSubstr("error: no operator named extension_cpp::mymuladd (a bundle file in the plugin "
+                               "directory was refused before it was read, " + plugins + "/libmuladd_1_0_0.so: refused: "
+                               "the plugin directory"));
   r = run("call extension_cpp::mymuladd 'ones(2)' 'ones(2)' 1.0 --allow-insecure-plugins --actor eve" + opts);
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("tensor([2., 2.])"));
