@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <tuple>
 #include <map>
+#include <set>
 #include <mutex>
 
 #include <cerrno>
@@ -287,19 +288,6 @@ QString unlistedNamespace(const std::string& owner, const BundleMetadata& m) {
     }
   }
   return {};
-}
-
-// The namespaces of "defines" in which the bundle (owner) defined no operator.
-QStringList definedButEmpty(const std::string& owner, const BundleMetadata& m) {
-  QSet<QString> defined;
-  for (const RegistrationInfo& r : Dispatcher::singleton().ownedBy(owner).registrations) {
-    if (r.what == RegistrationInfo::What::Def) defined.insert(q(r.op.substr(0, r.op.find("::"))));
-  }
-  QStringList out;
-  for (const QString& n : m.defines) {
-    if (!defined.contains(n)) out << "'" + n + "'";
-  }
-  return out;
 }
 
 }  // namespace
@@ -1142,13 +1130,26 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
   }
   auto registrar = std::make_unique<BundleRegistrar>(m.name.toStdString(), m.version_text.toStdString());
   QString why;
+  QStringList dropped;
   {
     RegistrationBatch batch;
     RegistrationOwnerGuard owner(registrar->owner());
     try {
       detail::refixTypedSignatures(registrar->owner());  // Note [Who keeps a typed signature]
       registrar->runStaticBlocks(statics.blocks);
-      bundle->registerAll(*registrar);
+      {
+        detail::DroppedDefs noted(registrar->owner());
+        bundle->registerAll(*registrar);
+        // Defined in registerAll and gone before it returned: a custom_op or a Library
+        // the bundle made and did not keep. (One defined again after is not gone.)
+        std::set<std::string> defined;
+        for (const RegistrationInfo& r : Dispatcher::singleton().ownedBy(registrar->owner()).registrations) {
+          if (r.what == RegistrationInfo::What::Def) defined.insert(r.op);
+        }
+        for (const std::string& op : noted.names()) {
+          if (defined.count(op) == 0 && !dropped.contains(q(op))) dropped << q(op);
+        }
+      }
       for (const auto& [kind, ns] : registrar->libraryNamespaces()) {
         const QString n = q(ns);
         if (kind != Library::IMPL && !m.defines.contains(n)) {
@@ -1186,15 +1187,12 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
                                    : "strata check failed: " + failure;
     if (!failure.isEmpty()) qCWarning(lcHost).noquote() << m.name + "@" + m.version_text << check_note;
   }
-  // A namespace the bundle says it defines but holds no op of: most often a custom_op
-  // or Library made in registerAll and not kept (BundleRegistrar::keep), which went
-  // when registerAll returned. Loaded all the same (a bundle may define a namespace
-  // for later versions), with a warning that says why it may be empty.
-  if (const QStringList empty = definedButEmpty(registrar->owner(), m); !empty.isEmpty()) {
-    qCWarning(lcHost).noquote() << m.name + "@" + m.version_text << "defines no operator in namespace"
-                                << empty.join(", ")
-                                << "(bundle.json lists it in \"defines\"); an op made in registerAll and not kept "
-                                   "with r.keep(...) is removed when registerAll returns";
+  if (!dropped.isEmpty()) {
+    qCWarning(lcHost).noquote() << m.name + "@" + m.version_text << "defined" << dropped.join(", ")
+                                << "in registerAll and dropped" << (dropped.size() == 1 ? "it" : "them")
+                                << "before registerAll returned: a custom_op or a Library the bundle makes is "
+                                   "removed with it unless the bundle keeps it (r.keep(std::move(op)), or "
+                                   "r.library(...) for a library)";
   }
   if (!f.insecure.isEmpty()) {
     const QString note = "loaded with --allow-insecure-plugins although " + f.insecure.section(';', 0, 0);
@@ -1211,6 +1209,7 @@ bool PluginHost::load(const BundleFile& f, QString* error) {
   l.registrar = std::move(registrar);
   l.seq = ++load_seq_;
   l.note = check_note;
+  l.dropped = dropped;
   unloadable_.erase(f.sha256);  // loads now (the other bundles changed): forget that it failed
   record(f, "loaded", check_note);
   recordRegistrations(l);

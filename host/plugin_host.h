@@ -206,6 +206,7 @@ class PluginHost : public QObject {
     QStringList defines, implements;
     uint64_t seq = 0;  // load order
     QString note;      // what its row says beside "loaded" (the check's result, an insecure load)
+    QStringList dropped;  // ops it defined in registerAll and dropped before returning (not kept)
   };
   const QString& pluginDir() const { return dir_; }
   const std::map<QString, Loaded>& loaded() const { return loaded_; }

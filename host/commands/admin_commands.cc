@@ -360,21 +360,23 @@ std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load
     session->host->setRecording(false);  // Note [What each host runs]: only a serving host writes its view
     applyTrustOptions(parser, *session->host, session->store.get());
     session->host->sync();
-    // A bundle this scan loaded that a host refused for failing `strata check` (serve
-    // --check=enforce): this command runs it all the same (its own scan checks
-    // nothing), so it says so, and what such a host runs instead.
+    // A bundle this scan loaded that a live host refused for failing `strata check`
+    // (serve --check=enforce): this command runs it all the same (its scan checks
+    // nothing), so it says so, naming the host.
     if (session->store) {
       const std::vector<db::HostBundleRow> mine = session->host->view();
-      for (const db::BundleRow& b : session->store->bundles()) {
-        if (b.state != "rejected" || !QString::fromStdString(b.reason).startsWith("strata check failed")) continue;
-        const bool loaded_here = std::any_of(mine.begin(), mine.end(), [&](const db::HostBundleRow& r) {
-          return r.state == "loaded" && r.sha256 == b.sha256;
-        });
-        if (!loaded_here) continue;
-        QTextStream(stderr) << "note: this command loaded " << q(b.name) << "@" << q(b.version)
-                            << ", which a host refused (" << q(strata::detail::shortened(b.reason))
-                            << "); its own scan runs no check, so what it does may differ from a host serving "
-                               "with --check=enforce (strata plugins list --host ID shows what a host runs)\n";
+      for (const db::HostRow& h : session->store->hosts()) {
+        if (!hostAlive(h, *session->store)) continue;
+        for (const db::HostBundleRow& b : session->store->hostBundles(h.id)) {
+          if (b.state != "rejected" || !QString::fromStdString(b.reason).startsWith("strata check failed")) continue;
+          const bool loaded_here = std::any_of(mine.begin(), mine.end(), [&](const db::HostBundleRow& r) {
+            return r.state == "loaded" && r.sha256 == b.sha256;
+          });
+          if (!loaded_here) continue;
+          QTextStream(stderr) << "note: this command loaded " << q(b.name) << "@" << q(b.version) << ", which host "
+                              << q(h.id) << " refused (" << q(b.reason)
+                              << "); this command's own scan does not hold bundles to `strata check`\n";
+        }
       }
     }
   }

@@ -51,27 +51,26 @@ std::string whyDisabled(const Session& session, const std::exception& failure, c
 std::string whyMissing(const Session& session, const OperatorName& op) {
   if (!session.host) return "";
   const std::string ns = op.name.substr(0, op.name.find("::"));
+  if (ns == "core") return "";  // the host's own: no bundle defines it
+  // A loaded bundle that defined this very op in registerAll and dropped it.
+  for (const auto& [name, l] : session.host->loaded()) {
+    for (const QString& d : l.dropped) {
+      const std::string dropped = d.toStdString();
+      if (dropped == op.str() || (op.overload_name.empty() && dropped.starts_with(op.name + "."))) {
+        return " (bundle " + name.toStdString() + "@" + l.version.toStdString() + " defined " + dropped +
+               " in registerAll and dropped it before registerAll returned: a custom_op or a Library the bundle "
+               "makes is removed with it unless the bundle keeps it, r.keep(std::move(op)), or r.library(...) "
+               "for a library)";
+      }
+    }
+  }
   for (const db::HostBundleRow& row : session.host->view()) {
-    if (row.state != "disabled" && row.state != "rejected" && row.state != "loaded") continue;
+    if (row.state != "disabled" && row.state != "rejected") continue;
     // Only a file whose metadata the host read (it has a version): one refused before
     // that (a FIFO, an insecure or untrusted file) is never parsed (Note [Plugin trust]).
     if (row.version.empty()) continue;
     const BundleFile f = readBundleFile(QString::fromStdString(row.path));
     if (!f.metadata || !f.metadata->defines.contains(QString::fromStdString(ns))) continue;
-    if (row.state == "loaded") {
-      // Only when the namespace holds no op at all: else this is likely a typo (the
-      // did-you-mean that follows says which).
-      const std::string prefix = ns + "::";
-      const auto names = Dispatcher::singleton().operatorNames();
-      if (std::any_of(names.begin(), names.end(), [&](const OperatorName& n) { return n.name.starts_with(prefix); })) {
-        continue;
-      }
-      // Loaded, and it defines the namespace, but not this op: most often a custom_op or
-      // a Library made in registerAll and not kept, which goes when registerAll returns.
-      return " (bundle " + row.name + "@" + row.version + ", which defines namespace " + ns +
-             ", is loaded but registered no such operator; an op it made in registerAll is removed when "
-             "registerAll returns unless the bundle keeps what made it: r.keep(std::move(op)))";
-    }
     if (row.state == "disabled") {
       return " (" + row.reason + ", which defines namespace " + ns + "; `strata plugins enable " + row.name +
              "` loads it again)";
@@ -79,12 +78,12 @@ std::string whyMissing(const Session& session, const OperatorName& op) {
     return " (bundle " + row.name + "@" + row.version + ", which defines namespace " + ns +
            ", was rejected: " + row.reason + ")";
   }
-  // Files refused unread (an insecure directory or file, an untrusted one): any of them
-  // may be the one that defines it.
+  // Files refused unread (in an insecure directory, insecure or untrusted themselves):
+  // any of them may be the one that defines it.
   size_t unread = 0;
   std::string first;
   for (const db::HostBundleRow& row : session.host->view()) {
-    if (row.state != "rejected" || !row.version.empty()) continue;
+    if (row.state != "rejected" || !row.version.empty() || !row.reason.starts_with("refused: ")) continue;
     if (unread++ == 0) first = row.path + ": " + row.reason;
   }
   if (unread == 1) return " (a bundle file in the plugin directory was refused before it was read, " + first + ")";
@@ -700,8 +699,34 @@ int runCallCommand(const QStringList& args) {
       autocast_guards.push_back(std::make_unique<modes::AutocastGuard>(a.device, a.dtype));
     }
     std::vector<std::unique_ptr<modes::ModeGuard>> guards;
+    // Guards end innermost first, on a throw too (a vector destroys its elements
+    // first to last, which would end the outer mode while an inner one is on top).
+    struct InnermostFirst {
+      std::vector<std::unique_ptr<modes::ModeGuard>>& modes;
+      std::vector<std::unique_ptr<modes::AutocastGuard>>& autocasts;
+      ~InnermostFirst() {
+        while (!modes.empty()) modes.pop_back();
+        while (!autocasts.empty()) autocasts.pop_back();
+      }
+    } innermost_first{guards, autocast_guards};
     for (const auto& m : pushed) guards.push_back(std::make_unique<modes::ModeGuard>(m));
     if (parser.isSet("vmap")) {
+      if (fake) {
+        // The inputs become fake first, as `m.from_tensor(x)` before vmap under
+        // FakeTensorMode: vmap hands an in-place op's input back as its result, and a
+        // dry run must show that as fake, never the real input unchanged.
+        for (IValue& v : stack) {
+          if (v.isTensor() && v.toTensor().defined()) {
+            v = IValue(fake->from_tensor(v.toTensor()));
+          } else if (v.isTensorList()) {
+            std::vector<Tensor> list = v.toTensorList();
+            for (Tensor& t : list) {
+              if (t.defined()) t = fake->from_tensor(t);
+            }
+            v = IValue(std::move(list));
+          }
+        }
+      }
       stack = callUnderVmap(op, std::move(stack), parser.value("vmap").toStdString(), parser.isSet("explain"), out);
     } else if (parser.isSet("explain")) {
       std::exception_ptr failure;

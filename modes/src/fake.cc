@@ -2,6 +2,7 @@
 // in strata/modes/fake.h.
 #include "strata/modes/fake.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "registered_at.h"
@@ -201,7 +202,10 @@ Stack FakeTensorMode::dispatch(const OperatorHandle& op, const TensorTypes& /*ty
   } else if (slot.kernel != nullptr && source == "composite implicit kernel") {
     how = How::Composite;
   } else {
-    if (!Dispatcher::singleton().isKernelEnabled(op.operator_name(), DispatchKey::Meta)) {
+    const auto regs = Dispatcher::singleton().registrations(op.operator_name());
+    if (std::any_of(regs.begin(), regs.end(), [](const RegistrationInfo& r) {
+          return r.what == RegistrationInfo::What::Impl && r.key == DispatchKey::Meta && !r.enabled;
+        })) {
       // It has one, switched off: say how to turn it on, not to register another.
       STRATA_FAIL(NotImplemented, op.name(), " has no fake implementation to run: its Meta kernel (the fake impl) "
                   "is disabled, and FakeTensorMode runs an op's fake impl or Meta kernel, never a real one; turn it "

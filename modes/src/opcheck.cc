@@ -1,6 +1,7 @@
 // gradcheck, opcheck, assert_close and sample inputs. See opcheck.h and autograd.h.
 #include "strata/modes/opcheck.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -298,7 +299,11 @@ std::string testAutogradRegistration(const OperatorHandle& op, const Stack& args
   const Stack out = callOp(op, copyArgs(args, true));
   for (const Tensor& o : tensorsOf(out)) {
     if (o.defined() && o.requires_grad()) {
-      if (!Dispatcher::singleton().isKernelEnabled(op.operator_name(), DispatchKey::Autograd)) {
+      const auto regs = Dispatcher::singleton().registrations(op.operator_name());
+      if (std::any_of(regs.begin(), regs.end(), [](const RegistrationInfo& r) {
+            return r.what == RegistrationInfo::What::Impl && !r.enabled &&
+                   (r.key == DispatchKey::Autograd || kAutogradKeys.has(r.key));
+          })) {
         return "inputs require grad and the outputs do, but " + op.operator_name().str() +
                "'s autograd formula is switched off, so a backward through it raises (strata kernel enable " +
                op.operator_name().str() + " autograd)";

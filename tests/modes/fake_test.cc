@@ -171,6 +171,12 @@ TEST(FakeTensorMode, NoRealKernelEverRunsAndAnOpWithoutAFakeImplSaysHowToAddOne)
   EXPECT_EQ(g_cpu_calls.load(), 0);
   // An admin who disables the Meta kernel disables it under the mode too.
   KernelEnabledScope off("fake_norun::with_meta", "meta", false);
+  // Switched off where there is nothing to switch: still "register one".
+  {
+    KernelEnabledScope none("fake_norun::cpu_only", "meta", false);
+    EXPECT_THAT(errorOf([&] { call("fake_norun::cpu_only", x); }),
+                AllOf(HasSubstr("has no fake implementation: FakeTensorMode"), HasSubstr("register_fake")));
+  }
   // The error says how to turn it on, not to register another.
   EXPECT_THAT(errorOf([&] { call("fake_norun::with_meta", x); }),
               AllOf(HasSubstr("its Meta kernel (the fake impl) is disabled"),

@@ -387,6 +387,25 @@ STRATA_API void refixTypedSignatures(const std::string& owner);
 // that may open one, must not wait from inside one. For the host, not bundles (no
 // SDK ABI minor), as the functions above.
 STRATA_API bool registrationBatchHeldByThisThread();
+// While alive, notes each def of `owner` removed on this thread: for the host, which
+// tells a bundle that defined an op in registerAll and dropped it before returning (a
+// custom_op or a Library it did not keep). One at a time per thread. For the host.
+class STRATA_API DroppedDefs {
+ public:
+  explicit DroppedDefs(std::string owner);
+  ~DroppedDefs();
+  DroppedDefs(const DroppedDefs&) = delete;
+  DroppedDefs& operator=(const DroppedDefs&) = delete;
+  // "ns::name.overload" of each, in the order they went.
+  const std::vector<std::string>& names() const { return names_; }
+  // The dispatcher's: a def of `owner` named `op` was removed on this thread.
+  static void note(const std::string& owner, const std::string& op);
+
+ private:
+  std::string owner_;
+  std::vector<std::string> names_;
+  DroppedDefs* outer_;
+};
 // Lifts the capture on this thread while alive: for the lazy initializers of Strata's
 // own layers (builtin fallbacks), which may first run inside a bundle's load.
 class STRATA_API SuspendStaticCapture {

@@ -908,6 +908,7 @@ RegistrationHandleRAII Dispatcher::registerDef(FunctionSchema schema, RegisterOp
   return RegistrationHandleRAII([this, ep, id] {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (!ep->def || ep->def->id != id) return;
+    detail::DroppedDefs::note(ep->def->owner, ep->qualified);
     ep->def.reset();
     // Inside a batch the schema stays up with the table until the batch ends (a new
     // version defining the op again puts the same schema back): calls never see the
@@ -1337,6 +1338,19 @@ RegistrationBatch::RegistrationBatch() : d_(&Dispatcher::singleton()) {
 }
 
 namespace detail {
+namespace {
+thread_local DroppedDefs* tls_dropped_defs = nullptr;
+}  // namespace
+DroppedDefs::DroppedDefs(std::string owner) : owner_(std::move(owner)), outer_(tls_dropped_defs) {
+  tls_dropped_defs = this;
+}
+DroppedDefs::~DroppedDefs() { tls_dropped_defs = outer_; }
+void DroppedDefs::note(const std::string& owner, const std::string& op) {
+  for (DroppedDefs* d = tls_dropped_defs; d != nullptr; d = d->outer_) {
+    if (d->owner_ == owner) d->names_.push_back(op);
+  }
+}
+
 bool registrationBatchHeldByThisThread() {
   auto& impl = *Dispatcher::singleton().impl_;
   std::lock_guard<std::mutex> lock(impl.mu);

@@ -43,7 +43,7 @@ Library& BundleRegistrar::library(Library::Kind kind, std::string_view ns, std::
   RegistrationOwnerGuard owner(this->owner());
   // Where the bundle made it: its registerAll, by name (the line is the bundle's, and
   // this call cannot see it); an error about the library names this.
-  const std::string where = "by r.library() in bundle " + name_ + " " + version_;
+  const std::string where = "by r.library() in bundle " + name_ + "@" + version_;
   libraries_.push_back(std::make_unique<Library>(kind, std::string(ns), key, where.c_str(), 0));
   order_.emplace_back(true, libraries_.size() - 1);
   return *libraries_.back();

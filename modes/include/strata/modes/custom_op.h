@@ -346,9 +346,9 @@ class [[nodiscard("a custom op lasts as long as its CustomOpDef: keep it (Bundle
     modes::register_autocast(name_, device_type, cast_inputs, lib(), /*allow_override=*/true, where);
     return *this;
   }
+  CustomOpDef& register_autocast(std::string_view, ScalarType, std::source_location = {}) && = delete;
   // The op's backward formula (register_autograd): setup_context saves what backward
   // needs; the keyword-only form for an op with keyword-only arguments.
-  CustomOpDef& register_autocast(std::string_view, ScalarType, std::source_location = {}) && = delete;
   CustomOpDef& register_autograd(BackwardFn backward, SetupContextFn setup_context = {},
                                  std::source_location where = std::source_location::current()) & {
     modes::register_autograd(name_, std::move(backward), std::move(setup_context), lib(), /*allow_override=*/true,
