@@ -86,10 +86,10 @@ std::string whyMissing(const Session& session, const OperatorName& op) {
     if (row.state != "rejected" || !row.version.empty() || !row.reason.starts_with("refused: ")) continue;
     if (unread++ == 0) first = row.path + ": " + row.reason;
   }
-  if (unread == 1) return " (a bundle file in the plugin directory was refused before it was read, " + first + ")";
+  if (unread == 1) return " (a file in the plugin directory was refused before it was read, " + first + ")";
   if (unread > 1) {
-    return " (" + std::to_string(unread) + " bundle files in the plugin directory were refused before they were "
-           "read; the first, " + first + ")";
+    return " (" + std::to_string(unread) + " files in the plugin directory were refused before they were read; the "
+           "first, " + first + ")";
   }
   return "";
 }

@@ -174,7 +174,6 @@ CustomKernelInfo customKernelInfo(std::string_view op, DispatchKey key) {
   const auto& args = schema.arguments();
   if (std::any_of(args.begin(), args.end(), [](const Argument& a) { return a.is_write(); })) {
     for (const Argument& a : args) info.written.push_back(a.is_write());
-    info.writes = true;
   }
   // PyTorch's FunctionSchema._is_view_op: an argument some result may alias (Tensor(a),
   // not written). Such an op's results are meant to be views; none is checked.

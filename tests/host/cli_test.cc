@@ -294,6 +294,7 @@ TEST(CliTest, AnOpNotKeptAndASecondDefLibraryAreExplained) {
     std::filesystem::copy_file(std::string(STRATA_BUILD_DIR) + "/tests/bundles/" + b, tmp + "/plugins/" + b,
                                std::filesystem::copy_options::overwrite_existing);
   }
+  std::ofstream(tmp + "/plugins/libjunk.so") << "junk";  // read, and found no bundle: not "refused unread"
   const std::string where = " --plugins " + q(tmp + "/plugins") + " --db " + q(tmp + "/s.db");
   const Result r = run("call unkept::f 'ones(2)'" + where);
   EXPECT_EQ(r.status, 1) << r.out;
@@ -302,6 +303,7 @@ TEST(CliTest, AnOpNotKeptAndASecondDefLibraryAreExplained) {
   EXPECT_THAT(r.out, HasSubstr("no operator named unkept::f (bundle unkept@1.0.0 defined unkept::f in registerAll and "
                                "dropped it before registerAll returned"));
   EXPECT_THAT(r.out, HasSubstr("r.keep(std::move(op)), or r.library(...) for a library"));
+  EXPECT_THAT(r.out, Not(HasSubstr("refused before")));
   // A bundle that keeps its ops (the bundled ones) draws no such warning.
   const Result fine = run("ops mylib:: --plugins " STRATA_PLUGIN_BUILD_DIR " --db " + q(tmp + "/s.db"));
   EXPECT_THAT(fine.out, Not(HasSubstr("dropped")));
@@ -1498,7 +1500,7 @@ TEST(AdminCommands, AWorldWritablePluginDirectoryIsRefusedUnlessAllowed) {
   r = run("call extension_cpp::mymuladd 'ones(2)' 'ones(2)' 1.0" + opts);
   EXPECT_EQ(r.status, 1);
   // The missing op's error says that a file was refused unread, and why.
-  EXPECT_THAT(r.out, HasSubstr("error: no operator named extension_cpp::mymuladd (a bundle file in the plugin "
+  EXPECT_THAT(r.out, HasSubstr("error: no operator named extension_cpp::mymuladd (a file in the plugin "
                                "directory was refused before it was read, " + plugins + "/libmuladd_1_0_0.so: refused: "
                                "the plugin directory"));
   r = run("call extension_cpp::mymuladd 'ones(2)' 'ones(2)' 1.0 --allow-insecure-plugins --actor eve" + opts);
@@ -1510,6 +1512,14 @@ TEST(AdminCommands, AWorldWritablePluginDirectoryIsRefusedUnlessAllowed) {
   r = run("audit --db " + db);
   EXPECT_THAT(r.out, HasSubstr("eve"));
   EXPECT_THAT(r.out, HasSubstr("host.allow_insecure_plugins " + plugins));
+  // Every file refused unread is counted (in an insecure directory, one that is no
+  // bundle too: it could not be read to tell).
+  ASSERT_EQ(std::system(("cp " STRATA_PLUGIN_BUILD_DIR "/libmylib.so " + plugins + " && echo junk > " + plugins +
+                         "/libjunk.so").c_str()),
+            0);
+  r = run("call extension_cpp::mymuladd 'ones(2)' 'ones(2)' 1.0" + opts);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("(3 files in the plugin directory were refused before they were read; the first, "));
   std::system(("rm -rf " + dir).c_str());
 }
 

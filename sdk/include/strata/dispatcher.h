@@ -389,7 +389,8 @@ STRATA_API void refixTypedSignatures(const std::string& owner);
 STRATA_API bool registrationBatchHeldByThisThread();
 // While alive, notes each def of `owner` removed on this thread: for the host, which
 // tells a bundle that defined an op in registerAll and dropped it before returning (a
-// custom_op or a Library it did not keep). One at a time per thread. For the host.
+// custom_op or a Library it did not keep). They nest: each alive one of the owner
+// notes it. For the host.
 class STRATA_API DroppedDefs {
  public:
   explicit DroppedDefs(std::string owner);

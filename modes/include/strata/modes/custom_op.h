@@ -149,8 +149,7 @@ void bumpVersions(const T& a) {
 struct CustomKernelInfo {
   std::string op;
   DispatchKey key = DispatchKey::Undefined;
-  std::vector<bool> written;  // per argument, whether the schema declares it written
-  bool writes = false;        // some argument is
+  std::vector<bool> written;  // per argument, whether the schema declares it written; empty when none is
   bool view_op = false;       // the schema says a result is a view of an argument: nothing is checked
 };
 // Reads both off op's schema.
@@ -237,7 +236,7 @@ struct CustomKernel<R(A...)> {
   __attribute__((always_inline)) static R run(Fn& fn, const CustomKernelInfo& info, Keys... keys, A... a) {
     // Before the call, which may move a by-value argument into fn: the write happens
     // inside fn either way, and what checks a version checks it later.
-    if (info.writes) {
+    if (!info.written.empty()) {
       size_t i = 0;
       ((info.written[i++] ? bumpVersions(a) : void()), ...);
       (void)i;
@@ -286,7 +285,7 @@ struct CustomKernel<R(A...)> {
     using Fn = std::decay_t<F>;
     const DispatchKey k = info.key;
     const std::string op = info.op;
-    if (!kChecks && !info.writes) {
+    if (!kChecks && info.written.empty()) {
       lib.impl(op, fn, k, options, where);
     } else if constexpr (std::is_invocable_v<Fn&, A...>) {
       lib.impl(op, [fn = Fn(fn), info = std::move(info)](A... a) mutable __attribute__((always_inline)) -> R {
