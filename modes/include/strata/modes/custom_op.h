@@ -280,6 +280,24 @@ struct CustomKernel<R(A...)> {
     }
   }
 
+  // Named function objects, not lambdas: an attribute on a lambda's operator() is
+  // spelled differently by each compiler (GCC takes it after `mutable`, Clang 16 in
+  // neither place), and this header is built by every bundle's compiler.
+  template <typename Fn>
+  struct Wrapper {
+    Fn fn;
+    CustomKernelInfo info;
+    __attribute__((always_inline)) R operator()(A... a) { return run<Fn>(fn, info, std::forward<A>(a)...); }
+  };
+  template <typename Fn>
+  struct KeyedWrapper {
+    Fn fn;
+    CustomKernelInfo info;
+    __attribute__((always_inline)) R operator()(DispatchKeySet ks, A... a) {
+      return run<Fn, DispatchKeySet>(fn, info, ks, std::forward<A>(a)...);
+    }
+  };
+
   template <typename F>
   static void impl(Library& lib, F& fn, CustomKernelInfo info, ImplOptions options, std::source_location where) {
     using Fn = std::decay_t<F>;
@@ -288,13 +306,9 @@ struct CustomKernel<R(A...)> {
     if (!kChecks && info.written.empty()) {
       lib.impl(op, fn, k, options, where);
     } else if constexpr (std::is_invocable_v<Fn&, A...>) {
-      lib.impl(op, [fn = Fn(fn), info = std::move(info)](A... a) mutable __attribute__((always_inline)) -> R {
-        return run<Fn>(fn, info, std::forward<A>(a)...);
-      }, k, options, where);
+      lib.impl(op, Wrapper<Fn>{Fn(fn), std::move(info)}, k, options, where);
     } else {
-      lib.impl(op, [fn = Fn(fn), info = std::move(info)](DispatchKeySet ks, A... a) mutable __attribute__((always_inline)) -> R {
-        return run<Fn, DispatchKeySet>(fn, info, ks, std::forward<A>(a)...);
-      }, k, options, where);
+      lib.impl(op, KeyedWrapper<Fn>{Fn(fn), std::move(info)}, k, options, where);
     }
   }
 };
