@@ -334,6 +334,17 @@ TEST(CustomOp, AnOutputMayNotBeAnInputOrShareStorageWithOne) {
     return std::make_tuple(a.clone(), ops::select(a, 0, 0));
   }, {}, {}, {}, "(Tensor(a) x) -> (Tensor, Tensor(a))");
   EXPECT_TRUE(std::get<1>(views(x)).is_alias_of(x));
+  // A view op that also writes an argument: its written one is still bumped, and its
+  // view is still returned unchecked.
+  auto view_and_write = custom_op("cop_alias::view_and_write", [](Tensor& out, const Tensor& a) {
+    out.data_ptr<float>()[0] = 1.0f;  // through the pointer: only the op's declared write bumps
+    return a.view({4});
+  }, {"out", "a"}, {"out"}, {}, "(Tensor(a!) out, Tensor(b) a) -> Tensor(b)");
+  Tensor o = ops::zeros({1});
+  const uint32_t o_version = o._version();
+  EXPECT_TRUE(view_and_write(o, x).is_alias_of(x));
+  EXPECT_EQ(o._version(), o_version + 1);
+  EXPECT_EQ(o.to_vector<float>(), (std::vector<float>{1.0f}));
   // Outputs that are not tensors, and undefined ones, are not checked.
   auto none = custom_op("cop_alias::none", [](const Tensor& a) { return std::make_tuple(Tensor(), Tensor(), a.numel()); },
                         {"a"}, {});

@@ -174,6 +174,13 @@ inline AliasSeen aliasSeen(const Tensor& t, uint32_t index, uint32_t element, bo
 // its storage with `earlier` (an input, or a result before it).
 [[noreturn]] STRATA_MODES_API void throwAliasedResult(const CustomKernelInfo& info, const AliasSeen& earlier,
                                                       const AliasSeen& result);
+// throwAliasedResult for result r that shares argument n's storage (tensor t): out of
+// line and cold, so the hot compare in CustomKernel prepares nothing for it.
+[[noreturn, gnu::cold, gnu::noinline]] inline void throwResultIsArgument(const CustomKernelInfo& info,
+                                                                         const Tensor& t, uint32_t n,
+                                                                         const Tensor& r) {
+  throwAliasedResult(info, aliasSeen(t, n, kAliasWhole, true), aliasSeen(r, 0, kAliasWhole, false));
+}
 // The general check: each result against the inputs and the results before it.
 STRATA_MODES_API void checkAliases(const CustomKernelInfo& info, const std::vector<AliasSeen>& inputs,
                                    const std::vector<AliasSeen>& results);
@@ -227,21 +234,24 @@ struct CustomKernel<R(A...)> {
       if constexpr (kByValue<T>) t = kept[n].defined() ? &kept[n] : nullptr;
       else t = tensorOf(a);
       if (t != nullptr && __builtin_expect(t->unsafeGetTensorImpl()->storage().get() == out, 0)) {
-        throwAliasedResult(info, aliasSeen(*t, n, kAliasWhole, true), aliasSeen(r, 0, kAliasWhole, false));
+        throwResultIsArgument(info, *t, n, r);
       }
     }
   }
 
-  template <typename Fn, typename... Keys>
+  // kWrites: the schema writes an argument; kCheck: the results are checked (a result
+  // holds tensors and the schema is not a view op's). Both are known at registration,
+  // so the call tests neither.
+  template <typename Fn, bool kWrites, bool kCheck, typename... Keys>
   __attribute__((always_inline)) static R run(Fn& fn, const CustomKernelInfo& info, Keys... keys, A... a) {
     // Before the call, which may move a by-value argument into fn: the write happens
     // inside fn either way, and what checks a version checks it later.
-    if (!info.written.empty()) {
+    if constexpr (kWrites) {
       size_t i = 0;
       ((info.written[i++] ? bumpVersions(a) : void()), ...);
       (void)i;
     }
-    if constexpr (!kChecks) {
+    if constexpr (!kCheck) {
       return fn(keys..., std::forward<A>(a)...);
     } else if constexpr (kOneTensor) {
       std::array<Tensor, kAnyByValue ? sizeof...(A) : 0> kept;
@@ -254,7 +264,7 @@ struct CustomKernel<R(A...)> {
          }(), ++n), ...);
       }
       R r = fn(keys..., std::forward<A>(a)...);
-      if (__builtin_expect(!info.view_op && r.defined(), 1)) {
+      if (__builtin_expect(r.defined(), 1)) {
         const void* const out = r.unsafeGetTensorImpl()->storage().get();
         if (out != nullptr) {
           uint32_t n = 0;
@@ -271,11 +281,9 @@ struct CustomKernel<R(A...)> {
           if constexpr (kByValue<A>) kept.push_back(t);
         }), ++n), ...);
       R r = fn(keys..., std::forward<A>(a)...);
-      if (!info.view_op) {
-        std::vector<AliasSeen> out;
-        collectResults(out, r);
-        checkAliases(info, in, out);
-      }
+      std::vector<AliasSeen> out;
+      collectResults(out, r);
+      checkAliases(info, in, out);
       return r;
     }
   }
@@ -283,32 +291,47 @@ struct CustomKernel<R(A...)> {
   // Named function objects, not lambdas: an attribute on a lambda's operator() is
   // spelled differently by each compiler (GCC takes it after `mutable`, Clang 16 in
   // neither place), and this header is built by every bundle's compiler.
-  template <typename Fn>
+  template <typename Fn, bool kWrites, bool kCheck>
   struct Wrapper {
     Fn fn;
     CustomKernelInfo info;
-    __attribute__((always_inline)) R operator()(A... a) { return run<Fn>(fn, info, std::forward<A>(a)...); }
+    __attribute__((always_inline)) R operator()(A... a) {
+      return run<Fn, kWrites, kCheck>(fn, info, std::forward<A>(a)...);
+    }
   };
-  template <typename Fn>
+  template <typename Fn, bool kWrites, bool kCheck>
   struct KeyedWrapper {
     Fn fn;
     CustomKernelInfo info;
     __attribute__((always_inline)) R operator()(DispatchKeySet ks, A... a) {
-      return run<Fn, DispatchKeySet>(fn, info, ks, std::forward<A>(a)...);
+      return run<Fn, kWrites, kCheck, DispatchKeySet>(fn, info, ks, std::forward<A>(a)...);
     }
   };
+  template <bool kWrites, bool kCheck, typename Fn, typename F>
+  static void implWrapped(Library& lib, const std::string& op, F& fn, CustomKernelInfo info, ImplOptions options,
+                          std::source_location where) {
+    const DispatchKey k = info.key;
+    if constexpr (std::is_invocable_v<Fn&, A...>) {
+      lib.impl(op, Wrapper<Fn, kWrites, kCheck>{Fn(fn), std::move(info)}, k, options, where);
+    } else {
+      lib.impl(op, KeyedWrapper<Fn, kWrites, kCheck>{Fn(fn), std::move(info)}, k, options, where);
+    }
+  }
 
   template <typename F>
   static void impl(Library& lib, F& fn, CustomKernelInfo info, ImplOptions options, std::source_location where) {
     using Fn = std::decay_t<F>;
-    const DispatchKey k = info.key;
     const std::string op = info.op;
-    if (!kChecks && info.written.empty()) {
-      lib.impl(op, fn, k, options, where);
-    } else if constexpr (std::is_invocable_v<Fn&, A...>) {
-      lib.impl(op, Wrapper<Fn>{Fn(fn), std::move(info)}, k, options, where);
+    const bool writes = !info.written.empty();
+    const bool check = kChecks && !info.view_op;
+    if (!writes && !check) {
+      lib.impl(op, fn, info.key, options, where);
+    } else if (!writes) {
+      if constexpr (kChecks) implWrapped<false, true, Fn>(lib, op, fn, std::move(info), options, where);
+    } else if (check) {
+      if constexpr (kChecks) implWrapped<true, true, Fn>(lib, op, fn, std::move(info), options, where);
     } else {
-      lib.impl(op, KeyedWrapper<Fn>{Fn(fn), std::move(info)}, k, options, where);
+      implWrapped<true, false, Fn>(lib, op, fn, std::move(info), options, where);
     }
   }
 };
