@@ -385,6 +385,12 @@ std::vector<Def> coreFormulas() {
                  return Out{IValue(), sumTo(g[0], intsOf(ctx, "src_sizes")), IValue()};  // src may broadcast
                }});
 
+  // fill_ and zero_ overwrite self: what it held gets no gradient (PyTorch's
+  // zeros_like(grad); an undefined gradient is zero to the engine).
+  d.push_back({"core::fill_.Scalar", "FillBackward2", {},
+               [](AutogradContext&, const Grads&) { return Out{IValue(), IValue()}; }});
+  d.push_back({"core::zero_", "ZeroBackward0", {}, [](AutogradContext&, const Grads&) { return Out{IValue()}; }});
+
   // --- Not differentiable: results never require grad. ---
   for (const char* op : {"core::empty_like", "core::rand_like", "core::allclose"}) {
     d.push_back({op, "", {}, {}, true});

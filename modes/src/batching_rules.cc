@@ -396,6 +396,8 @@ constexpr CoreRule kCoreRules[] = {
     {"core::empty_like", &sameDim, false},
     {"core::clone", &sameDim, false},
     {"core::copy_", &copyRule, false},
+    {"core::fill_.Scalar", &sameDim, false},  // self is the only tensor: it is batched
+    {"core::zero_", &sameDim, false},
     {"core::to.dtype", &sameDim, false},
     {"core::contiguous", &ignoringOp<contiguousRule>, false},
     {"core::add.Tensor", &binary, false},

@@ -175,20 +175,29 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
 
 const Tensor& Tensor::fill_(const Scalar& value) const {
   if (viaOps()) {
-    // A copy of a constant through the op, so that each layer sees it: autograd
-    // refuses a leaf that requires grad (unless grad mode is off, as when
-    // initializing parameters under no_grad) and records a non-leaf's write (the
-    // gradient to what it held is zero, as fill_'s is); vmap and fake tensors write
-    // their own way. The constant is a 0-d CPU tensor expanded, so nothing of self's
-    // size is made (self may be a fake tensor of any size or device, outside its mode).
+    // Through the op, so that each layer sees it: autograd refuses a leaf that
+    // requires grad (unless grad mode is off, as when initializing parameters under
+    // no_grad) and records a non-leaf's write (FillBackward2: the gradient to what it
+    // held is zero); vmap and fake tensors write their own way.
     Tensor self = *this;
-    ops::copy_(self, ops::expand(ops::full({}, value, dtype(), kCPU),
-                                 std::vector<int64_t>(sizes().begin(), sizes().end())));
+    ops::fill_(self, value);
     return *this;
   }
   if (is_meta() || numel() == 0) return *this;
   storage()->bump_version();  // Note [Version counters] in modes/autograd.h
   detail::fillData(*this, value);
+  return *this;
+}
+
+const Tensor& Tensor::zero_() const {
+  if (viaOps()) {  // as fill_, through core::zero_ (ZeroBackward0)
+    Tensor self = *this;
+    ops::zero_(self);
+    return *this;
+  }
+  if (is_meta() || numel() == 0) return *this;
+  storage()->bump_version();  // Note [Version counters] in modes/autograd.h
+  detail::fillData(*this, Scalar(int64_t{0}));
   return *this;
 }
 

@@ -727,7 +727,7 @@ TEST(HostsView, EachHostReportsWhatItRunsAndOnlyItWritesIt) {
   r = run("hosts --json --db " + db);
   EXPECT_THAT(r.out, HasSubstr("\"id\": \"" + ida + "\""));
   EXPECT_THAT(r.out, HasSubstr("\"state\": \"live\""));
-  EXPECT_THAT(r.out, HasSubstr("\"version\": \"0.1.0 (SDK ABI 4.3"));
+  EXPECT_THAT(r.out, HasSubstr("\"version\": \"0.1.0 (SDK ABI 4.4"));
 
   r = run("plugins list --host " + ida + " --db " + db);
   EXPECT_EQ(r.status, 0) << r.out;
@@ -906,7 +906,7 @@ TEST(ServeEndToEnd, AFileStillBeingCopiedAndADirectoryMadeAgainAreSeen) {
 TEST(CliTest, VersionNamesTheSdkAbiAndTheStoreSchema) {
   const Result r = run("--version");
   EXPECT_EQ(r.status, 0);
-  EXPECT_EQ(r.out, "strata 0.1.0 (SDK ABI 4.3, store schema 5)\n");
+  EXPECT_EQ(r.out, "strata 0.1.0 (SDK ABI 4.4, store schema 5)\n");
 }
 
 // A failing call still explains itself, up to the step that failed.

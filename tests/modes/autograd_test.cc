@@ -201,9 +201,10 @@ TEST(Autograd, InPlaceErrorsFollowVersionCounters) {
   EXPECT_EQ(vals(x.grad()), (std::vector<float>{2, 2}));
 }
 
-// fill_ and zero_ go through copy_, so each layer sees them: under no_grad they
-// initialize a leaf that requires grad (PyTorch's parameter init); on a non-leaf they
-// are recorded, and the gradient to what it held is zero.
+// fill_ and zero_ are ops (core::fill_.Scalar, core::zero_), so each layer sees them:
+// under no_grad they initialize a leaf that requires grad (PyTorch's parameter init);
+// on a non-leaf they are recorded with PyTorch's nodes, and the gradient to what it
+// held is zero.
 TEST(Autograd, FillAndZeroFollowGradMode) {
   const Tensor w = leaf({1, 2, 3}, {3});
   {
@@ -220,8 +221,13 @@ TEST(Autograd, FillAndZeroFollowGradMode) {
   const Tensor y = ops::mul(x, 3.0);
   y.fill_(7.0);
   EXPECT_EQ(vals(y), (std::vector<float>{7, 7}));
+  EXPECT_EQ(y.grad_fn_name(), "FillBackward2");  // PyTorch 1.13's node for fill_.Scalar
   ops::sum(ops::add(y, x)).backward();
   EXPECT_EQ(vals(x.grad()), (std::vector<float>{1, 1}));  // through x only: y's old value is gone
+  const Tensor z = ops::mul(x, 3.0);
+  z.zero_();
+  EXPECT_EQ(z.grad_fn_name(), "ZeroBackward0");
+  EXPECT_EQ(vals(z), (std::vector<float>{0, 0}));
 }
 
 // The divisor's gradient, -g * ((a / b) / b) as PyTorch computes it: -g * a / b^2
@@ -431,6 +437,19 @@ std::vector<Case> coreCases() {
          Tensor dst = zeros({3}, ScalarType::Double);
          ops::copy_(dst, x[0]);
          return std::vector{ops::mul(dst, 2.0)};
+       },
+       {r({3})}},
+      // What fill_ and zero_ overwrite gets no gradient: x's is add's alone.
+      {"core::fill_.Scalar", [](auto x) {
+         Tensor y = ops::mul(x[0], 2.0);
+         ops::fill_(y, 3.0);
+         return std::vector{ops::add(y, x[0])};
+       },
+       {r({3})}},
+      {"core::zero_", [](auto x) {
+         Tensor y = ops::mul(x[0], 2.0);
+         ops::zero_(y);
+         return std::vector{ops::add(y, x[0])};
        },
        {r({3})}},
   };

@@ -544,10 +544,12 @@ TEST(VmapLevels, TensorMethodsOnBatchedTensorsGoThroughTheOps) {
   const Tensor y = vmap([](const Tensor& t) { return t.transpose(0, 1).contiguous().reshape({6}).select(0, 1); })(x);
   EXPECT_TRUE(same(y, ops::select(ops::reshape(ops::contiguous(ops::transpose(x, 1, 2)), {4, 6}), 1, 1)));
   EXPECT_TRUE(same(vmap([](const Tensor& t) { return t.permute({1, 0}); })(x), ops::permute(x, {0, 2, 1})));
-  // fill_ and zero_ write through copy_: an unbatched value into each slice.
+  // fill_ and zero_ are ops with rules: the value into every slice.
   const Tensor z = ops::clone(x);
   vmap([](const Tensor& t) { return t.fill_(2.0); })(z);
   EXPECT_TRUE(same(z, ops::full({4, 2, 3}, 2.0)));
+  vmap([](const Tensor& t) { return t.zero_(); }, 2)(z);
+  EXPECT_TRUE(same(z, ops::zeros({4, 2, 3})));
 }
 
 // Outputs are flattened as PyTorch flattens a pytree: a tuple nested in an output and
@@ -1106,6 +1108,18 @@ const RuleCase kRuleCases[] = {
        Tensor dst = ops::clone(t[0]);
        ops::copy_(dst, t[1]);
        return dst;
+     }},
+    {"fill_into_clone", {{2, 3}}, {true},
+     [](V t) {
+       Tensor dst = ops::clone(t[0]);
+       ops::fill_(dst, 4.5);
+       return ops::add(dst, t[0]);
+     }},
+    {"zero_into_clone", {{2, 3}}, {true},
+     [](V t) {
+       Tensor dst = ops::clone(t[0]);
+       ops::zero_(dst);
+       return ops::add(dst, t[0]);
      }},
 };
 

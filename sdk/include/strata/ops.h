@@ -54,6 +54,9 @@ STRATA_API void set_rng_state(const std::string& state);
 // Copies and casts.
 STRATA_API Tensor clone(const Tensor& self);
 STRATA_API Tensor& copy_(Tensor& self, const Tensor& src, bool non_blocking = false);
+// Writes value (zero_: 0) into every element of self, as torch.Tensor.fill_ / zero_.
+STRATA_API Tensor& fill_(Tensor& self, const Scalar& value);
+STRATA_API Tensor& zero_(Tensor& self);
 STRATA_API Tensor to(const Tensor& self, ScalarType dtype, bool non_blocking = false, bool copy = false);
 STRATA_API Tensor contiguous(const Tensor& self);
 

@@ -61,9 +61,10 @@
 // (VmapCall::enterTensors / exitTensors / finishTensor, which vmap.h's template calls);
 // 3, typed batching rules (modes::register_vmap<Sig>: vmap.h's templates call
 // TypedRuleFrame, runBatchedKernel and addTypedVmapRule) and vmap()'s usual call in
-// modes::detail::VmapTensorsCall.
+// modes::detail::VmapTensorsCall; 4, ops::fill_, ops::zero_ and Tensor::zero_ out of
+// line (the core::fill_.Scalar and core::zero_ ops).
 #define STRATA_SDK_ABI_MAJOR 4
-#define STRATA_SDK_ABI_MINOR 3
+#define STRATA_SDK_ABI_MINOR 4
 // The Qt plugin interface id of every Strata bundle.
 #define STRATA_BUNDLE_IID "org.strata.Bundle/1"
 

@@ -357,8 +357,9 @@ class STRATA_API Tensor {
   // REQUIRES: same sizes. A meta destination accepts any source (it has no data);
   // a meta source into a non-meta destination is Error(Device).
   const Tensor& copy_(const Tensor& src) const;
+  // The core::fill_.Scalar and core::zero_ ops (a plain tensor's write is direct).
   const Tensor& fill_(const Scalar& value) const;
-  const Tensor& zero_() const { return fill_(Scalar(int64_t{0})); }
+  const Tensor& zero_() const;
   // *this when nothing changes, else a converted copy.
   Tensor to(Device device) const;
   Tensor to(ScalarType dtype) const;

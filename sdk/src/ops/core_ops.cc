@@ -584,6 +584,14 @@ Tensor& copy_kernel(Tensor& self, const Tensor& src, bool /*non_blocking*/) {
   self.copy_(detail::broadcastTo(src, self.sizes()));
   return self;
 }
+Tensor& fill_kernel(Tensor& self, const Scalar& value) {
+  self.fill_(value);
+  return self;
+}
+Tensor& zero_kernel(Tensor& self) {
+  self.zero_();
+  return self;
+}
 Tensor to_dtype_kernel(const Tensor& a, ScalarType dtype, bool /*non_blocking*/, bool copy) {
   if (a.dtype() == dtype && !copy) return a;
   if (a.dtype() == dtype) return a.clone();
@@ -722,6 +730,8 @@ void registerCoreLibrary(Library& m) {
   m.def("empty_like(Tensor self, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
   m.def("clone(Tensor self) -> Tensor");
   m.def("copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)");
+  m.def("fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)");
+  m.def("zero_(Tensor(a!) self) -> Tensor(a!)");
   m.def("to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False) -> Tensor(a)");
   m.def("contiguous(Tensor(a) self) -> Tensor(a)");
   m.def("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", {Tag::core, Tag::pointwise});
@@ -781,6 +791,8 @@ void registerCoreLibrary(Library& m) {
   implBackends(m, "empty_like", &empty_like_kernel);
   implBackends(m, "clone", &clone_kernel);
   implBackends(m, "copy_", &copy_kernel);
+  implBackends(m, "fill_.Scalar", &fill_kernel);
+  implBackends(m, "zero_", &zero_kernel);
   m.impl("to.dtype", &to_dtype_kernel, DispatchKey::CPU);  // CUDA: a cast kernel (core_cuda.cc)
   m.impl("to.dtype", &to_dtype_kernel, DispatchKey::Meta);
   implBackends(m, "contiguous", &contiguous_kernel);
@@ -870,6 +882,10 @@ Tensor ops::clone(const Tensor& self) { STRATA_CORE_CALL("clone", "", Tensor(con
 Tensor& ops::copy_(Tensor& self, const Tensor& src, bool non_blocking) {
   STRATA_CORE_CALL("copy_", "", Tensor&(Tensor&, const Tensor&, bool), self, src, non_blocking);
 }
+Tensor& ops::fill_(Tensor& self, const Scalar& value) {
+  STRATA_CORE_CALL("fill_", "Scalar", Tensor&(Tensor&, const Scalar&), self, value);
+}
+Tensor& ops::zero_(Tensor& self) { STRATA_CORE_CALL("zero_", "", Tensor&(Tensor&), self); }
 Tensor ops::to(const Tensor& self, ScalarType dtype, bool non_blocking, bool copy) {
   STRATA_CORE_CALL("to", "dtype", Tensor(const Tensor&, ScalarType, bool, bool), self, dtype, non_blocking, copy);
 }
