@@ -705,13 +705,14 @@ Tensor rand_like_kernel(const Tensor& a, std::optional<ScalarType> dtype, std::o
                      device.value_or(a.device()));
 }
 
-// Registers f at each backend this build serves (views: metadata only).
+// Registers f at each backend this build serves (views: metadata only), each
+// registration naming the caller's line, as `strata dump` shows it.
 template <typename F>
-void implBackends(Library& m, const char* name, F f) {
-  m.impl(name, f, DispatchKey::CPU);
-  m.impl(name, f, DispatchKey::Meta);
+void implBackends(Library& m, const char* name, F f, std::source_location where = std::source_location::current()) {
+  m.impl(name, f, DispatchKey::CPU, {}, where);
+  m.impl(name, f, DispatchKey::Meta, {}, where);
 #if STRATA_WITH_CUDA
-  m.impl(name, f, DispatchKey::CUDA);
+  m.impl(name, f, DispatchKey::CUDA, {}, where);
 #endif
 }
 
