@@ -55,7 +55,7 @@ struct Session {
 // makes none), saying so when the store was named.
 std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load_plugins, bool reads_only = false);
 
-// "0.1.0 (SDK ABI 4.3, store schema 5)": what `strata --version` prints after "strata ".
+// "0.1.0 (SDK ABI 4.4, store schema 5)": what `strata --version` prints after "strata ".
 QString versionText();
 
 // A host is live while it heartbeats (every second) and has not stopped; one silent

@@ -183,9 +183,10 @@ const Tensor& Tensor::fill_(const Scalar& value) const {
     ops::fill_(self, value);
     return *this;
   }
-  if (is_meta() || numel() == 0) return *this;
+  if (is_meta()) return *this;  // a meta tensor has no data to write
+  // An empty tensor's counter moves too, as PyTorch's does: the write happened.
   storage()->bump_version();  // Note [Version counters] in modes/autograd.h
-  detail::fillData(*this, value);
+  if (numel() != 0) detail::fillData(*this, value);
   return *this;
 }
 
@@ -195,9 +196,9 @@ const Tensor& Tensor::zero_() const {
     ops::zero_(self);
     return *this;
   }
-  if (is_meta() || numel() == 0) return *this;
-  storage()->bump_version();  // Note [Version counters] in modes/autograd.h
-  detail::fillData(*this, Scalar(int64_t{0}));
+  if (is_meta()) return *this;
+  storage()->bump_version();  // as fill_'s, an empty tensor's included
+  if (numel() != 0) detail::fillData(*this, Scalar(int64_t{0}));
   return *this;
 }
 

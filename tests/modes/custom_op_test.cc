@@ -62,6 +62,13 @@ TEST(CustomOp, TheSeedsNumpySinWithADefaultKernelAndACpuKernel) {
   // Only cpu: a cpu-only custom op (numpy_sin_cpu) has no kernel elsewhere.
   auto sin_cpu = custom_op("cop_sin::numpy_sin_cpu", [](const Tensor& x) { return sinOf(x); }, {"x"}, {}, {"cpu"});
   EXPECT_THAT(errorOf([&] { sin_cpu(empty({3}, kMeta)); }), HasSubstr("no kernel for dispatch key Meta"));
+  // Made with device types, it has no default kernel to fall to: a disabled cpu has no
+  // kernel, and the error names the switch (the README says where PyTorch differs).
+  {
+    auto off = sin_cpu.set_kernel_enabled("cpu", false);
+    EXPECT_THAT(errorOf([&] { sin_cpu(x); }), HasSubstr("its CPU kernel is disabled (set_kernel_enabled)"));
+  }
+  EXPECT_TRUE(ops::allclose(sin_cpu(x), ops::sin(x)));
 }
 
 TEST(CustomOp, TagsAreKeptOnTheOperator) {

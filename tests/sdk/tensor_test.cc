@@ -201,6 +201,14 @@ TEST(TensorTest, NewTensorsStartAtVersionZero) {
   c.slice(1, 0, 2).zero_();  // a view shares its base's counter
   EXPECT_EQ(c._version(), 3u);
   EXPECT_THAT(c.to_vector<float>(), ElementsAre(0, 0, 2, 0, 0, 2));
+  // A write to no elements is still a write: PyTorch's counter moves for it too.
+  const Tensor e = zeros({0, 3});
+  e.fill_(1.0);
+  EXPECT_EQ(e._version(), 1u);
+  e.zero_();
+  EXPECT_EQ(e._version(), 2u);
+  e.copy_(zeros({0, 3}));
+  EXPECT_EQ(e._version(), 3u);
 }
 
 TEST(TensorTest, ItemAndEqual) {

@@ -24,7 +24,7 @@
 //   #include "mybundle.moc"
 //
 // bundle.json:
-//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 4, "minor": 3},
+//   {"name": "mylib", "version": "1.0.0", "abi": {"major": 4, "minor": 4},
 //    "description": "...", "defines": ["mylib"], "implements": []}
 //
 // "defines": the namespaces whose DEF library the bundle holds; "implements": the

@@ -52,11 +52,11 @@ class Tensor;
 // dtype, the value's storage (so is_alias_of holds), a TensorWrapper that holds
 // what the layer needs, and the layer's key in its key set, so every op that takes
 // it reaches the layer first (vmap's Batched key is the highest of all).
-// A wrapper has no data of its own. Tensor's data methods (data_ptr, item, fill_,
+// A wrapper has no data of its own. Tensor's data methods (data_ptr, item,
 // equal, to_vector, permute, slice with a step, as_strided, to(Device)) throw
 // Error(Value) naming the method and the wrapper; the methods that have a core::
 // op (transpose, select, unsqueeze, reshape, view, slice, contiguous, clone,
-// to(dtype), copy_) call it, so the layer sees them as it sees any op. Plain
+// to(dtype), copy_, fill_, zero_) call it, so the layer sees them as it sees any op. Plain
 // tensors pay one predictable branch in those methods and nothing elsewhere.
 //
 // Note [Reusing wrapper tensors]
