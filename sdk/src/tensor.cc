@@ -513,8 +513,16 @@ std::optional<std::vector<int64_t>> viewStrides(IntArrayRef old_sizes, IntArrayR
     if (std::equal(old_sizes.begin(), old_sizes.end(), shape.begin(), shape.end())) {
       return std::vector<int64_t>(old_strides.begin(), old_strides.end());
     }
+    // Contiguous strides (a size 0 or 1 counted as 1), as ATen's; sizes that hold no
+    // element may still multiply past 64 bits ([0, 7, 2^63 - 1]): refused, as
+    // PyTorch's "Stride calculation overflowed".
     for (int64_t d = n_new - 1; d >= 0; --d) {
-      out[d] = d == n_new - 1 ? 1 : std::max<int64_t>(shape[d + 1], 1) * out[d + 1];
+      if (d == n_new - 1) {
+        out[d] = 1;
+      } else {
+        STRATA_CHECK(!__builtin_mul_overflow(std::max<int64_t>(shape[d + 1], 1), out[d + 1], &out[d]), Value,
+                     "view size ", detail::shapeStr(shape), " of an empty tensor: its strides overflow 64 bits");
+      }
     }
     return out;
   }

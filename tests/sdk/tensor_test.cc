@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include <thread>
 
@@ -151,6 +152,15 @@ TEST(TensorTest, ViewSplitsAndMergesContiguousRunsOfANonContiguousTensor) {
   EXPECT_ERROR(e.view({12}), Value, "use reshape() instead");
   // Merging across the transpose is what no view can do.
   EXPECT_ERROR(t.view({6}), Value, "spans across two contiguous subspaces");
+  // An empty tensor takes any sizes with a 0 among them, strides as a contiguous
+  // tensor's (sizes 0 and 1 counted as 1), unless those strides pass 64 bits.
+  const Tensor none = empty({2, 0});
+  EXPECT_THAT(strides(none.view({0, 3, 4})), ElementsAre(12, 4, 1));
+  EXPECT_THAT(strides(none.view({int64_t{1} << 61, 2, 0})), ElementsAre(2, 1, 1));
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_ERROR(none.view({0, 7, kMax}), Value,
+               "view size [0, 7, 9223372036854775807] of an empty tensor: its strides overflow 64 bits");
+  EXPECT_ERROR(none.reshape({0, 7, kMax}), Value, "its strides overflow 64 bits");
   // reshape is that view when there is one, else a copy.
   EXPECT_TRUE(t.reshape({3, 2}).is_alias_of(a));
   EXPECT_TRUE(n.reshape({2, 2, 3}).is_alias_of(n));
