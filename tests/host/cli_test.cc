@@ -51,6 +51,7 @@ Result run(const std::string& args, const std::string& input = "", const std::st
   std::array<char, 4096> buf;
   while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
   const int status = pclose(p);
+  std::remove(in_path.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
@@ -1673,6 +1674,7 @@ TEST(CallFake, PrintsShapesDtypesAndDevicesAndRunsNoKernel) {
   r = run("call core::matmul 'ones(5,2,3)' 'ones(4,4)' --fake --vmap 0,None" + opts);
   EXPECT_NE(r.status, 0);
   EXPECT_THAT(r.out, HasSubstr("shapes cannot be multiplied"));
+  std::system(("rm -rf " + dir).c_str());
 }
 
 TEST(CallVmap, ExplainNamesTheRuleOrTheFallback) {
