@@ -287,6 +287,13 @@ int runCheckCommand(const QStringList& args) {
         return kExitInvalidInput;
       }
     } else {
+      // A bundle of that name the host saw but did not load: say why.
+      for (const db::HostBundleRow& row : session->host->view()) {
+        if (row.name != target.toStdString() || (row.state != "rejected" && row.state != "disabled")) continue;
+        err << "error: bundle " << q(row.name) << (row.version.empty() ? "" : "@") << q(row.version)
+            << " is not loaded, so it has nothing to check: it was " << q(row.state) << ": " << q(row.reason) << "\n";
+        return kExitInvalidInput;
+      }
       std::vector<std::string> known = liveOperatorNames();
       for (const auto& [name, _] : loaded) known.push_back(name.toStdString());
       err << "error: no loaded bundle or operator named '" << q(shortened(target.toStdString())) << "'"

@@ -255,6 +255,13 @@ TEST(CliCheck, MuladdPassesAndTheBrokenBundleFailsOneTestPerOp) {
   const Result unknown = run("check nosuch --db " + q(tmp + "/a.db"));
   EXPECT_EQ(unknown.status, 1);
   EXPECT_THAT(unknown.out, HasSubstr("error: no loaded bundle or operator named 'nosuch'"));
+  // A bundle the host saw and refused: the check says why there is nothing to check.
+  std::filesystem::copy_file(std::string(STRATA_BUILD_DIR) + "/tests/bundles/libstatic_throws.so",
+                             tmp + "/plugins/libstatic_throws.so");
+  const Result refused = run("check static_throws --plugins " + q(tmp + "/plugins") + " --db " + q(tmp + "/b.db"));
+  EXPECT_EQ(refused.status, 1) << refused.out;
+  EXPECT_THAT(refused.out,
+              HasSubstr("error: bundle static_throws@1.0.0 is not loaded, so it has nothing to check: it was rejected: "));
   std::filesystem::remove_all(tmp);
 }
 
@@ -1055,6 +1062,10 @@ TEST(AdminCommands, ReadingMakesNoStoreAndMalformedFlagsAreNamed) {
   EXPECT_THAT(r.out, HasSubstr("core::neg CPU was disabled by "));
   // The hint carries the command's --db, so that run as it is it turns the kernel on.
   EXPECT_THAT(r.out, HasSubstr(" (wrong sign): `strata kernel enable core::neg CPU --db " + dir + "/s.db` turns it on"));
+  // --explain says at the step itself which kernel the switch took away.
+  r = run("call core::neg '[1]' --explain" + db);
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("-> CPU: missing\n +its CPU kernel is disabled \\(set_kernel_enabled\\): "
+                                              "unboxed, owner builtin, registered at "));
   // Only the disabled kernel that would have served the call is named: one at an
   // alias key ("default") too, and not another key's of the same op.
   ASSERT_EQ(run("kernel disable core::neg AutogradCPU" + db).status, 0);

@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "dispatch/operator_entry.h"
 #include "strata/dispatcher.h"
@@ -36,6 +39,23 @@ SlotInfo slotFor(const OperatorHandle& op, DispatchKeySet ks) {
   s.key = k;
   s.source = "missing";
   return s;
+}
+
+// A slot with no kernel because an admin or a scope switched one off: which kernel
+// would have served it (the call's error says the same).
+void disabledNotes(const OperatorHandle& op, DispatchKey k, std::vector<std::string>& notes) {
+  try {
+    for (const RegistrationInfo& r : Dispatcher::singleton().registrations(op.operator_name())) {
+      const bool would_serve = k == DispatchKey::Undefined ? r.key == DispatchKey::CompositeExplicitAutograd ||
+                                                                 r.key == DispatchKey::CompositeImplicitAutograd
+                                                           : runtimeKeySetFor(r.key).has(k);
+      if (r.what == RegistrationInfo::What::Def || r.enabled || !would_serve) continue;
+      notes.push_back("its " + std::string(toString(r.key)) + " kernel is disabled (set_kernel_enabled): " + r.kind +
+                      ", owner " + r.owner + ", " + r.debug);
+    }
+  } catch (const Error&) {
+    // A removed operator: nothing to say.
+  }
 }
 
 std::string stepLine(const Explanation::Step& st) {
@@ -88,7 +108,11 @@ void traceEnter(const OperatorHandle& op, DispatchKeySet ks, bool redispatch, bo
   st.boxed = boxed;
   st.keys = ks;
   st.slot = slotFor(op, ks);
-  if (tracing) emit(stepLine(st));
+  if (std::string_view(st.slot.source) == "missing") disabledNotes(op, ks.highestPriorityKey(), st.notes);
+  if (tracing) {
+    emit(stepLine(st));
+    for (const std::string& n : st.notes) emit(std::string(static_cast<size_t>(depth) * 2 + 4, ' ') + n);
+  }
   if (tls_capture != nullptr) tls_capture->push_back(std::move(st));
 }
 
