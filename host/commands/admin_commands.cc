@@ -344,7 +344,7 @@ std::unique_ptr<Session> openSession(const QCommandLineParser& parser, bool load
     if (parser.isSet("db")) {  // named on this command line: perhaps mistyped
       QTextStream(stderr) << "note: no store at " << path
                           << "; running with nothing disabled, pinned or trusted (strata serve --db " << path
-                          << " makes it)\n";
+                          << ", or an admin command such as strata kernel disable, makes it)\n";
     }
   } else {
     session->store = std::make_unique<db::Store>(s(path));
@@ -938,8 +938,9 @@ int runKernelCommand(const QStringList& args) {
       return kExitInvalidInput;
     }
     if (std::find(known.begin(), known.end(), op.str()) == known.end()) {
-      warning = "warning: no loaded bundle defines " + q(op.str()) + " (as recorded in " + storeOption(parser) +
-                "); the change is kept and applies when a bundle that defines it loads" +
+      warning = "warning: no bundle recorded in " + storeOption(parser) + " defines " + q(op.str()) +
+                " (a host records what it loads there: strata serve, or any command given --db and a store "
+                "that exists); the change is kept and applies when a bundle that defines it loads" +
                 q(didYouMean(op.str(), known));
     } else {
       // A known op with nothing at this key: the toggle changes nothing until something is.

@@ -1222,7 +1222,8 @@ TEST(AdminCommands, TogglesAndPinsCheckTheirNamesAndSayWhatWillHappen) {
   EXPECT_THAT(r.out, HasSubstr("did you mean core::add.Scalar or core::add.Tensor?"));
   r = run("kernel disable acme::relu7 cpu --actor ann" + db);
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("warning: no loaded bundle defines acme::relu7"));
+  EXPECT_THAT(r.out, HasSubstr("warning: no bundle recorded in " + dir + "/s.db defines acme::relu7 (a host records "
+                               "what it loads there"));
   EXPECT_THAT(r.out, HasSubstr("applies when a bundle that defines it loads"));
   EXPECT_THAT(r.out, HasSubstr("disabled acme::relu7 CPU"));
   r = run("kernel disable core::add.Tensor cpu --actor ann" + db);  // a builtin op: no warning
