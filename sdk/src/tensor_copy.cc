@@ -3,8 +3,13 @@
 // so every layout works without per-layout kernels. They run on the current stream
 // of the tensor's device, and a copy to the host waits for that stream only
 // (strata/cuda.h).
+#include <charconv>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <type_traits>
 
 #include "cast_kernels.h"
 #include "cuda/cuda_backend.h"
@@ -132,8 +137,90 @@ void copyData(const Tensor& dst, const Tensor& src) {
   writeBack(dst, mirror);
 }
 
-void fillData(const Tensor& t, const Scalar& value) {
-  if (t.is_meta() || t.numel() == 0) return;
+// Note [A fill value must fit the dtype]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// fill_ and full take their value as PyTorch's c10::checked_convert does: a value
+// outside the dtype's range is an error ("value cannot be converted to type uint8_t
+// without overflow"), not a wrapped or saturated number. The ranges are c10's
+// `overflows`: an integer into uint8 may be negative down to -255 (it wraps, two's
+// complement, so -1 is 255); a float into an integer type must be finite, not NaN and
+// within [min, max] before truncation (-1.0 and 255.5 into uint8 are refused);
+// a float into a float type may be infinite or NaN but no larger than the type's
+// largest finite value (float16 65504, bfloat16 ~3.39e38); nothing converts into bool
+// with an overflow. Checked once per call, before any element is written, and for an
+// empty tensor too (PyTorch converts the value before looking at the elements); a meta
+// tensor has no data and takes any value, as PyTorch's meta fill_. A number given to
+// a binary op (add(t, 300) on uint8) is not checked: PyTorch wraps it as a C++ cast
+// does (uint8 + 300 is 44), and so does Strata (detail::scalarTensor).
+template <typename T>
+bool overflows(const Scalar& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return false;
+  } else {
+    if (v.isBoolean()) return false;
+    if constexpr (std::is_integral_v<T>) {
+      constexpr auto lo = std::numeric_limits<T>::min();
+      constexpr auto hi = std::numeric_limits<T>::max();
+      if (v.isIntegral()) {
+        const int64_t i = v.toLong();
+        if constexpr (std::is_unsigned_v<T>) {
+          return i > static_cast<int64_t>(hi) || (i < 0 && -static_cast<uint64_t>(i) > static_cast<uint64_t>(hi));
+        } else {
+          return i < static_cast<int64_t>(lo) || i > static_cast<int64_t>(hi);
+        }
+      }
+      const double d = v.toDouble();
+      return std::isnan(d) || d < static_cast<double>(lo) || d > static_cast<double>(hi);
+    } else {
+      double hi;
+      if constexpr (std::is_same_v<T, Half>) hi = 65504.0;
+      else if constexpr (std::is_same_v<T, BFloat16>) hi = 3.3895313892515355e38;
+      else hi = static_cast<double>(std::numeric_limits<T>::max());
+      const double d = v.toDouble();
+      if (std::isinf(d) || std::isnan(d)) return false;
+      return d < -hi || d > hi;
+    }
+  }
+}
+
+// A value as Python's repr writes it (300, -1.0, 255.9, 1e+300, nan): the shortest
+// form that reads back the same.
+std::string pythonRepr(const Scalar& v) {
+  if (!v.isFloatingPoint()) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  }
+  const double d = v.toDouble();
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  char buf[400];  // fixed notation of a double below 1e16 fits
+  const double a = std::fabs(d);
+  const bool fixed = a == 0 || (a >= 1e-4 && a < 1e16);  // where Python's repr writes no exponent
+  const auto r = std::to_chars(buf, buf + sizeof buf, d, fixed ? std::chars_format::fixed : std::chars_format::scientific);
+  std::string out(buf, r.ptr);
+  if (out.find_first_of(".e") == std::string::npos) out += ".0";
+  return out;
+}
+
+void checkFillValue(const Tensor& t, const Scalar& value, const char* op) {
+  STRATA_DISPATCH_ALL_TYPES(t.dtype(), op, [&] {
+    STRATA_CHECK(!overflows<scalar_t>(value), Value, op, ": value ", pythonRepr(value), " cannot be converted to ",
+                 toString(t.dtype()), " without overflow (", toString(t.dtype()), " holds ",
+                 std::is_same_v<scalar_t, uint8_t> ? "0..255; an integer down to -255 wraps" :
+                 std::is_same_v<scalar_t, int8_t> ? "-128..127" :
+                 std::is_same_v<scalar_t, int32_t> ? "-2147483648..2147483647" :
+                 std::is_same_v<scalar_t, int64_t> ? "a 64-bit integer" :
+                 std::is_same_v<scalar_t, Half> ? "at most 65504 in magnitude" :
+                 std::is_same_v<scalar_t, BFloat16> ? "at most ~3.39e38 in magnitude" :
+                 "at most ~3.40e38 in magnitude", ")");
+  });
+}
+
+void fillData(const Tensor& t, const Scalar& value, const char* op) {
+  if (t.is_meta()) return;
+  if (op != nullptr) checkFillValue(t, value, op);  // Note [A fill value must fit the dtype]
+  if (t.numel() == 0) return;
   if (t.is_cuda() && t.is_contiguous()) {
     STRATA_DISPATCH_ALL_TYPES(t.dtype(), "fill_", [&] {
       const scalar_t v = value.to<scalar_t>();
@@ -143,7 +230,7 @@ void fillData(const Tensor& t, const Scalar& value) {
   }
   if (t.is_cuda()) {
     const Tensor mirror = hostMirror(t, /*read_back=*/true);
-    fillData(mirror, value);
+    fillData(mirror, value, op);
     writeBack(t, mirror);
     return;
   }
@@ -184,9 +271,12 @@ const Tensor& Tensor::fill_(const Scalar& value) const {
     return *this;
   }
   if (is_meta()) return *this;  // a meta tensor has no data to write
+  // Before the counter moves: a value refused writes nothing. An empty tensor's value
+  // is checked too (Note [A fill value must fit the dtype]).
+  detail::checkFillValue(*this, value, "fill_");
   // An empty tensor's counter moves too, as PyTorch's does: the write happened.
   storage()->bump_version();  // Note [Version counters] in modes/autograd.h
-  if (numel() != 0) detail::fillData(*this, value);
+  detail::fillData(*this, value, nullptr);
   return *this;
 }
 
@@ -198,7 +288,7 @@ const Tensor& Tensor::zero_() const {
   }
   if (is_meta()) return *this;
   storage()->bump_version();  // as fill_'s, an empty tensor's included
-  if (numel() != 0) detail::fillData(*this, Scalar(int64_t{0}));
+  detail::fillData(*this, Scalar(int64_t{0}), nullptr);  // zero fits every dtype
   return *this;
 }
 
@@ -244,7 +334,8 @@ Scalar Tensor::item() const {
     const scalar_t v = *static_cast<const scalar_t*>(host.data_ptr());
     if constexpr (std::is_same_v<scalar_t, bool>) return Scalar(v);
     else if constexpr (std::is_integral_v<scalar_t>) return Scalar(static_cast<int64_t>(v));
-    else return Scalar(static_cast<double>(static_cast<float>(v)));
+    else if constexpr (std::is_same_v<scalar_t, double>) return Scalar(v);  // exact, as PyTorch's item()
+    else return Scalar(static_cast<double>(static_cast<float>(v)));  // float16/bfloat16 through float
   });
 }
 

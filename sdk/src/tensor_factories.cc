@@ -64,7 +64,7 @@ Tensor zeros(IntArrayRef sizes, TensorOptions options) {
     if (t.nbytes() != 0) std::memset(t.data_ptr(), 0, t.nbytes());
     return t;
   }
-  detail::fillData(t, Scalar(int64_t{0}));
+  detail::fillData(t, Scalar(int64_t{0}), "zeros");
   return t;
 }
 
@@ -72,9 +72,17 @@ Tensor ones(IntArrayRef sizes, TensorOptions options) { return full(sizes, Scala
 
 Tensor full(IntArrayRef sizes, const Scalar& value, TensorOptions options) {
   Tensor t = empty(sizes, options);
-  detail::fillData(t, value);  // Note [A new tensor starts at version 0]
+  detail::fillData(t, value, "full");  // Note [A new tensor starts at version 0]
   return t;
 }
+
+namespace detail {
+Tensor scalarTensor(const Scalar& s, ScalarType dtype, Device device) {
+  Tensor t = empty(IntArrayRef(), TensorOptions(dtype).with_device(device));
+  fillData(t, s, nullptr);  // unchecked: Note [A fill value must fit the dtype]
+  return t;
+}
+}  // namespace detail
 
 Tensor arange(const Scalar& end, std::optional<TensorOptions> options) {
   return arange(Scalar(int64_t{0}), end, Scalar(int64_t{1}), options);

@@ -86,7 +86,14 @@ inline Tensor broadcastTo(const Tensor& t, IntArrayRef shape) {
 // (Note [A new tensor starts at version 0] in tensor_copy.cc). Plain tensors only;
 // copyData REQUIRES equal sizes.
 void copyData(const Tensor& dst, const Tensor& src);
-void fillData(const Tensor& t, const Scalar& value);
+// op names the caller in an error (Note [A fill value must fit the dtype] in
+// tensor_copy.cc); nullptr converts unchecked, for a number given to a binary op.
+void fillData(const Tensor& t, const Scalar& value, const char* op);
+// Error(Value) naming op when value does not fit t's dtype.
+void checkFillValue(const Tensor& t, const Scalar& value, const char* op);
+// A 0-dim tensor holding s, converted as a C++ cast (unchecked): the other operand of
+// add(t, 300) and the like.
+Tensor scalarTensor(const Scalar& s, ScalarType dtype, Device device);
 
 // Converts one element between C++ element types (Half/BFloat16 through float).
 template <typename D, typename S>

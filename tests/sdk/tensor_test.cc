@@ -221,6 +221,51 @@ TEST(TensorTest, NewTensorsStartAtVersionZero) {
   EXPECT_EQ(e._version(), 3u);
 }
 
+// Note [A fill value must fit the dtype]: fill_ and full refuse a value the dtype
+// cannot hold, with c10::checked_convert's ranges, and write nothing; a number given
+// to a binary op wraps as PyTorch's does.
+TEST(TensorTest, FillValuesMustFitTheDtype) {
+  EXPECT_ERROR(full({2}, 300, kUInt8), Value, "full: value 300 cannot be converted to uint8 without overflow");
+  EXPECT_ERROR(full({2}, -256, kUInt8), Value, "value -256 cannot be converted to uint8");
+  EXPECT_THAT(full({2}, -1, kUInt8).to_vector<uint8_t>(), ElementsAre(255, 255));  // wraps, as in PyTorch
+  EXPECT_THAT(full({1}, -255, kUInt8).to_vector<uint8_t>(), ElementsAre(1));
+  EXPECT_ERROR(full({1}, -1.0, kUInt8), Value, "value -1.0 cannot be converted to uint8");  // a float may not wrap
+  EXPECT_ERROR(full({1}, 255.5, kUInt8), Value, "value 255.5 cannot be converted to uint8");  // checked before truncating
+  EXPECT_THAT(full({1}, 255.0, kUInt8).to_vector<uint8_t>(), ElementsAre(255));
+  EXPECT_ERROR(full({1}, -0.5, kUInt8), Value, "value -0.5 cannot be converted to uint8");  // below 0, though it truncates to 0
+  EXPECT_ERROR(full({1}, 128, kInt8), Value, "int8 without overflow (int8 holds -128..127)");
+  EXPECT_THAT(full({1}, -128, kInt8).to_vector<int8_t>(), ElementsAre(-128));
+  EXPECT_ERROR(full({1}, int64_t{1} << 31, kInt32), Value, "int32");
+  EXPECT_ERROR(full({1}, std::nan(""), kInt64), Value, "value nan cannot be converted to int64");
+  EXPECT_ERROR(full({1}, std::numeric_limits<double>::infinity(), kInt32), Value, "int32 without overflow");
+  EXPECT_ERROR(full({1}, 1e20, kInt64), Value, "int64 without overflow");
+  EXPECT_ERROR(full({1}, 65520.0, kFloat16), Value, "float16 without overflow");
+  EXPECT_ERROR(full({1}, 70000, kFloat16), Value, "value 70000 cannot be converted to float16");
+  EXPECT_EQ(full({1}, 65504, kFloat16).item().toDouble(), 65504.0);
+  EXPECT_ERROR(full({1}, 1e300, kFloat32), Value, "float32 without overflow");
+  EXPECT_ERROR(full({1}, -1e39, kBFloat16), Value, "bfloat16 without overflow");
+  EXPECT_TRUE(std::isinf(full({1}, -std::numeric_limits<double>::infinity(), kFloat16).item().toDouble()));
+  EXPECT_TRUE(std::isnan(full({1}, std::nan(""), kFloat32).item().toDouble()));
+  EXPECT_EQ(full({1}, 1e300, kFloat64).item().toDouble(), 1e300);
+  EXPECT_EQ(full({1}, 0.1, kFloat64).item().toDouble(), 0.1);  // item() of a float64 is exact
+  EXPECT_THAT(full({2}, 7, kBool).to_vector<bool>(), ElementsAre(true, true));  // bool takes anything
+  EXPECT_THAT(full({1}, true, kUInt8).to_vector<uint8_t>(), ElementsAre(1));
+  // fill_ checks before it writes or counts a write, an empty tensor's value too.
+  const Tensor t = zeros({3}, kUInt8);
+  EXPECT_ERROR(t.fill_(256), Value, "fill_: value 256 cannot be converted to uint8 without overflow");
+  EXPECT_EQ(t._version(), 0u);
+  EXPECT_THAT(t.to_vector<uint8_t>(), ElementsAre(0, 0, 0));
+  EXPECT_ERROR(zeros({0}, kInt8).fill_(1000), Value, "fill_: value 1000");
+  Tensor through_op = t;
+  EXPECT_ERROR(ops::fill_(through_op, -300), Value, "value -300 cannot be converted");
+  EXPECT_ERROR(ops::full({2}, 1e6, kFloat16), Value, "full: value 1000000.0 cannot be converted to float16");
+  // A meta tensor has no data: any value, as PyTorch's meta fill_.
+  EXPECT_NO_THROW(empty({2}, TensorOptions(kUInt8).with_device(kMeta)).fill_(300));
+  // A number given to a binary op converts as a C++ cast: uint8 + 300 is 44, as PyTorch's.
+  EXPECT_THAT(ops::add(zeros({2}, kUInt8), 300).to_vector<uint8_t>(), ElementsAre(44, 44));
+  EXPECT_THAT(ops::mul(ones({1}, kInt8), 200).to_vector<int8_t>(), ElementsAre(-56));
+}
+
 TEST(TensorTest, ItemAndEqual) {
   EXPECT_EQ(full({1}, 3).item().toLong(), 3);
   EXPECT_DOUBLE_EQ(full({}, 0.5, kFloat16).item().toDouble(), 0.5);

@@ -117,7 +117,7 @@ Tensor unary(UnaryOp op, const char* name, const Tensor& a, ScalarType out_dtype
 }
 
 Tensor scalarOn(const Scalar& s, ScalarType dt, const Tensor& like) {
-  return full(IntArrayRef(), s, TensorOptions(dt).with_device(like.device()));
+  return detail::scalarTensor(s, dt, like.device());
 }
 double alphaOf(const char* op, ScalarType dt, const Scalar& alpha) {
   detail::checkAlpha(op, dt, alpha);

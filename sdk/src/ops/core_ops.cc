@@ -147,9 +147,7 @@ Tensor unaryKernel(const char* name, const Tensor& a, ScalarType out_dtype, bool
   return out;
 }
 
-Tensor scalarTensor(const Scalar& s, ScalarType dtype, Device device) {
-  return full(IntArrayRef(), s, TensorOptions(dtype).with_device(device));
-}
+using detail::scalarTensor;
 
 // --- add / sub / mul / div ---
 
