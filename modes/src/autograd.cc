@@ -400,12 +400,36 @@ void runBelow(const OperatorHandle& op, DispatchKeySet ks, Stack& stack) {
   op.redispatchBoxed(ks & keysBelow(DispatchKey::AutogradMeta), stack);
 }
 
-void bumpWritten(const FunctionSchema& schema, const Stack& inputs) {
+// The version counters of the tensors the schema declares written, in the order
+// bumpWritten walks them. Empty for an op that writes nothing (no allocation).
+std::vector<uint32_t> writtenVersions(const FunctionSchema& schema, const Stack& inputs) {
+  std::vector<uint32_t> out;
+  if (!schema.is_mutable()) return out;
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size() && i < inputs.size(); ++i) {
     if (!args[i].is_write()) continue;
-    forEachTensor(inputs[i], [](const Tensor& t) {
-      if (t.defined() && t.wrapper() == nullptr) t.storage()->bump_version();
+    forEachTensor(inputs[i], [&](const Tensor& t) {
+      if (t.defined() && t.wrapper() == nullptr) out.push_back(t.storage()->version());
+    });
+  }
+  return out;
+}
+
+// Note [One write, one bump] (sdk/src/dispatch/dispatcher.cc): a written tensor whose
+// counter the kernel below did not move (one that wrote through data_ptr) is bumped
+// here, before the node records versions; one whose kernel bumped it already
+// (core::fill_'s calls Tensor::fill_) is not bumped twice, and the call's entry point
+// then finds it moved and counts nothing more.
+void bumpWritten(const FunctionSchema& schema, const Stack& inputs, const std::vector<uint32_t>& before) {
+  if (before.empty()) return;
+  const auto& args = schema.arguments();
+  size_t k = 0;
+  for (size_t i = 0; i < args.size() && i < inputs.size(); ++i) {
+    if (!args[i].is_write()) continue;
+    forEachTensor(inputs[i], [&](const Tensor& t) {
+      if (!t.defined() || t.wrapper() != nullptr) return;
+      if (k < before.size() && t.storage()->version() == before[k]) t.storage()->bump_version();
+      ++k;
     });
   }
 }
@@ -553,8 +577,9 @@ void notImplementedFallback(const OperatorHandle& op, DispatchKeySet ks, Stack& 
   const Stack inputs(stack.begin(), stack.begin() + static_cast<std::ptrdiff_t>(std::min(n, stack.size())));
   checkInplace(op, schema, inputs);
   checkViewsCurrent(op, inputs);
+  const std::vector<uint32_t> versions = writtenVersions(schema, inputs);
   runBelow(op, ks, stack);
-  bumpWritten(schema, inputs);
+  bumpWritten(schema, inputs, versions);
   auto node = std::make_shared<NotImplementedNode>(op);
   // Only the edges, numbered as collectEdges numbers them (one per tensor slot): the
   // node never runs a formula, so it keeps no slots, input metadata or needs.
@@ -678,8 +703,9 @@ void formulaKernel(const std::shared_ptr<const Formula>& f, const OperatorHandle
   const Stack inputs(stack.begin(), stack.begin() + static_cast<std::ptrdiff_t>(std::min(n, stack.size())));
   checkInplace(op, schema, inputs);
   checkViewsCurrent(op, inputs);
+  const std::vector<uint32_t> versions = writtenVersions(schema, inputs);
   runBelow(op, ks, stack);
-  bumpWritten(schema, inputs);
+  bumpWritten(schema, inputs, versions);
   if (f->nondifferentiable) return;
   auto node = std::make_shared<FormulaNode>(f, f->op);
   if (f->node_name_for != nullptr) node->name_ = f->node_name_for(inputs, stack);

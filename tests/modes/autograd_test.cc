@@ -230,6 +230,68 @@ TEST(Autograd, FillAndZeroFollowGradMode) {
   EXPECT_EQ(vals(z), (std::vector<float>{0, 0}));
 }
 
+// Note [Version counters]: one write, one bump, whichever layers the write passed.
+// A recorded fill_/copy_/zero_ (whose kernel calls the tensor method, which counts a
+// plain write) moves the counter by one, as PyTorch's; so does an op of one's own that
+// writes through data_ptr with autograd above it, and one called on a plain tensor.
+TEST(Autograd, AWriteUnderAutogradCountsOnce) {
+  const Tensor x = leaf({1, 2}, {2});
+  const Tensor y = ops::mul(x, 3.0);
+  const uint32_t v = y._version();
+  y.fill_(7.0);
+  EXPECT_EQ(y._version(), v + 1);
+  y.zero_();
+  EXPECT_EQ(y._version(), v + 2);
+  Tensor ym = y;
+  ops::copy_(ym, ones({2}));
+  EXPECT_EQ(y._version(), v + 3);
+  // A mutating op of one's own, through data_ptr: the autograd layer's bump is the one.
+  Library lib(Library::DEF, "ag_bump");
+  lib.def("twice_(Tensor(a!) self) -> Tensor(a!)");
+  lib.impl("twice_", [](Tensor& self) -> Tensor& {
+    float* p = self.data_ptr<float>();
+    for (int64_t i = 0; i < self.numel(); ++i) p[i] *= 2;
+    return self;
+  }, DispatchKey::CPU);
+  const auto twice = Dispatcher::singleton().findSchemaOrThrow("ag_bump::twice_").typed<Tensor&(Tensor&)>();
+  Tensor z = ops::mul(x, 1.0);
+  const uint32_t vz = z._version();
+  twice.call(z);
+  EXPECT_EQ(z._version(), vz + 1);
+  EXPECT_EQ(vals(z), (std::vector<float>{2, 4}));
+  // No autograd above (a plain tensor): the call's entry point counts the write, typed
+  // or boxed, as PyTorch's ADInplaceOrView counts it for every tensor.
+  Tensor plain = ones({2});
+  twice.call(plain);
+  EXPECT_EQ(plain._version(), 1u);
+  Stack s{plain};
+  twice.callBoxed(s);
+  EXPECT_EQ(plain._version(), 2u);
+  EXPECT_EQ(vals(plain), (std::vector<float>{4, 4}));
+  // A call that throws counts nothing.
+  Tensor ints = ones({2}, kInt64);
+  EXPECT_THAT(errorOf([&] { twice.call(ints); }), HasSubstr("float"));
+  EXPECT_EQ(ints._version(), 0u);
+  // So a tensor saved for backward and then written by such an op is caught at backward,
+  // where the gradient would otherwise silently use the new values: a plain one ...
+  const Tensor a = leaf({1, 2}, {2});
+  Tensor w = ones({2});
+  const Tensor y1 = ops::sum(ops::mul(a, w));
+  twice.call(w);
+  EXPECT_THAT(errorOf([&] { y1.backward(); }),
+              HasSubstr("one of the variables needed for gradient computation has been modified by an inplace "
+                        "operation"));
+  // ... and a parameter updated under no_grad (an optimizer step of one's own).
+  const Tensor p = leaf({3, 4}, {2});
+  const Tensor y2 = ops::sum(ops::mul(p, p));
+  {
+    modes::NoGradGuard no_grad;
+    Tensor pm = p;
+    twice.call(pm);
+  }
+  EXPECT_THAT(errorOf([&] { y2.backward(); }), HasSubstr("modified by an inplace operation"));
+}
+
 // The divisor's gradient, -g * ((a / b) / b) as PyTorch computes it: -g * a / b^2
 // overflows or underflows at b^2 where the quotients do not.
 TEST(Autograd, TheDivisorsGradientAvoidsSquaringIt) {

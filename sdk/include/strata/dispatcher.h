@@ -260,10 +260,15 @@ class TypedOperatorHandle<Return(Args...)> final : public OperatorHandle {
     const detail::CallSection section;  // Note [Grace periods]
     const DispatchKeySet ks = detail::computeCallKeys(detail::argumentKeys(args...), core_->mask());
     const KernelFunction& kernel = core_->lookup(ks);
-    if (__builtin_expect(detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0, 0)) {
-      return observedCall(kernel, ks, false, std::forward<Args>(args)...);
+    if constexpr (kWrites != 0) {
+      // Signatures with no Tensor& pay nothing here: the branch is compiled out.
+      return writingCall(kernel, ks, std::forward<Args>(args)...);
+    } else {
+      if (__builtin_expect(detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0, 0)) {
+        return observedCall(kernel, ks, false, std::forward<Args>(args)...);
+      }
+      return kernel.template call<Return, Args...>(*this, ks, std::forward<Args>(args)...);
     }
-    return kernel.template call<Return, Args...>(*this, ks, std::forward<Args>(args)...);
   }
   // Calls the kernel for ks. See Note [Redispatch masks].
   __attribute__((always_inline)) Return redispatch(DispatchKeySet ks, Args... args) const {
@@ -278,6 +283,41 @@ class TypedOperatorHandle<Return(Args...)> final : public OperatorHandle {
 
  private:
   explicit TypedOperatorHandle(const OperatorHandle& op) : OperatorHandle(op) {}
+  // The Tensor& arguments: what the schema declares written (Tensor(a!); infer_schema
+  // and typed() hold the two together).
+  static constexpr size_t kWrites = (size_t{std::is_same_v<Args, Tensor&>} + ... + 0);
+  // A call of an op that writes an argument: Note [One write, one bump] in
+  // sdk/src/dispatch/dispatcher.cc.
+  __attribute__((noinline)) Return writingCall(const KernelFunction& kernel, DispatchKeySet ks, Args... args) const {
+    std::array<Tensor, kWrites> written;
+    std::array<uint32_t, kWrites> before{};
+    size_t i = 0;
+    (([&] {
+       if constexpr (std::is_same_v<Args, Tensor&>) {
+         if (args.defined() && args.wrapper() == nullptr) {
+           written[i] = args;
+           before[i] = args._version();
+         }
+         ++i;
+       }
+     }()), ...);
+    const auto bump = [&] {
+      for (size_t k = 0; k < kWrites; ++k) {
+        if (written[k].defined() && written[k]._version() == before[k]) written[k].storage()->bump_version();
+      }
+    };
+    const bool observed = detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0;
+    if constexpr (std::is_void_v<Return>) {
+      if (observed) observedCall(kernel, ks, false, std::forward<Args>(args)...);
+      else kernel.template call<Return, Args...>(*this, ks, std::forward<Args>(args)...);
+      bump();
+    } else {
+      Return r = observed ? observedCall(kernel, ks, false, std::forward<Args>(args)...)
+                          : kernel.template call<Return, Args...>(*this, ks, std::forward<Args>(args)...);
+      bump();
+      return r;
+    }
+  }
   __attribute__((noinline)) Return observedCall(const KernelFunction& kernel, DispatchKeySet ks, bool redispatch,
                                                 Args... args) const {
     detail::TraceScope scope(*this, ks, redispatch, false);

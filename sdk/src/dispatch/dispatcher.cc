@@ -266,6 +266,11 @@ OperatorInfo::OperatorInfo(FunctionSchema s, TagSet tags, AliasAnalysisKind alia
       default: break;
     }
     fast_tags.push_back(fast);
+    const auto& alias = args[i].alias_info;
+    if (alias && (alias->is_write || std::any_of(alias->contained.begin(), alias->contained.end(),
+                                                 [](const AliasInfo& c) { return c.is_write; }))) {
+      written_args.push_back(i);
+    }
   }
   if (!tensor_args.empty()) device_args.clear();
 }
@@ -1477,6 +1482,48 @@ struct OutermostCallSection {
 };
 }  // namespace
 
+// Note [One write, one bump]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A call of an op whose schema writes an argument (Tensor(a!)) moves that tensor's
+// version counter by one, as PyTorch's ADInplaceOrView does for every tensor, so that
+// a tensor saved for backward and then written is caught at backward ("modified by an
+// inplace operation") however it was written: a kernel of one's own that writes
+// through data_ptr, under no_grad, on a tensor that does not require grad. The
+// dispatcher's entry points count it (call() for a signature with a Tensor&,
+// callBoxed() for a schema with a write), after the kernel returned, and only where
+// the call left the counter where it was: a kernel that counted its own write
+// (core::fill_'s calls Tensor::fill_, which counts a plain tensor's write; custom_op
+// counts before its kernel runs) or the autograd layer (which counts before it records
+// a node) is not counted twice. A redispatch is inside a call and counts nothing; a
+// call that throws counts nothing (as ADInplaceOrView, which counts after the kernel);
+// a wrapper tensor (vmap, fake) is its layer's to count. Calls of ops that write
+// nothing, every core:: op but copy_, fill_ and zero_ among them, pay nothing: for
+// call() the test is compiled out, for callBoxed() it is one load and branch.
+namespace {
+struct WrittenVersions {
+  std::vector<std::pair<Tensor, uint32_t>> before;
+  WrittenVersions(const OperatorInfo& info, const Stack& stack) {
+    for (size_t i : info.written_args) {
+      if (i >= stack.size()) continue;
+      const auto take = [&](const Tensor& t) {
+        if (t.defined() && t.wrapper() == nullptr) before.emplace_back(t, t._version());
+      };
+      const IValue& v = stack[i];
+      if (v.isTensor()) {
+        take(v.toTensor());
+      } else if (v.isTensorList()) {
+        for (const Tensor& t : v.toTensorList()) take(t);
+      }
+    }
+  }
+  void bumpUnchanged() const {
+    for (const auto& [t, v] : before) {
+      if (t._version() == v) t.storage()->bump_version();
+    }
+  }
+};
+}  // namespace
+
 void OperatorHandle::callBoxed(Stack& stack) const {
   const OutermostCallSection section;  // Note [Grace periods]
   const OperatorInfo* info = entry_->info.load(std::memory_order_acquire);
@@ -1486,6 +1533,17 @@ void OperatorHandle::callBoxed(Stack& stack) const {
   info->checkArguments(stack);
   const DispatchKeySet ks = detail::computeCallKeys(info->argumentKeys(stack), core_->mask());
   const KernelFunction& kernel = core_->lookup(ks);
+  if (__builtin_expect(!info->written_args.empty(), 0)) {  // Note [One write, one bump]
+    const WrittenVersions written(*info, stack);
+    if (detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0) {
+      detail::TraceScope scope(*this, ks, false, true);
+      kernel.callBoxed(*this, ks, stack);
+    } else {
+      kernel.callBoxed(*this, ks, stack);
+    }
+    written.bumpUnchanged();
+    return;
+  }
   if (__builtin_expect(detail::g_dispatch_observers.load(std::memory_order_relaxed) != 0, 0)) {
     detail::TraceScope scope(*this, ks, false, true);
     kernel.callBoxed(*this, ks, stack);

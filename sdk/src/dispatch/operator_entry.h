@@ -38,6 +38,9 @@ struct OperatorInfo {
   // Per argument, the tag that passes without a closer look (Tensor for Tensor, Int
   // for int, ...), or kNoFastTag when every value needs the full check.
   std::vector<IValue::Tag> fast_tags;
+  // Indices of the arguments the schema declares written (Tensor(a!), Tensor(a!)[]):
+  // Note [One write, one bump] in dispatcher.cc.
+  std::vector<size_t> written_args;
   static constexpr IValue::Tag kNoFastTag = static_cast<IValue::Tag>(0xff);
   // What the def said besides the schema (strata/tag.h).
   TagSet op_tags;

@@ -43,8 +43,11 @@
 // Note [Version counters]
 // ~~~~~~~~~~~~~~~~~~~~~~~
 // Every storage has a version counter (StorageImpl::version), shared by all views of
-// it. Tensor::copy_ and fill_ bump it, and so does the autograd kernel of an op for
-// each argument its schema declares written (Tensor(a!)). ctx.save_for_backward
+// it. Tensor::copy_ and fill_ bump it, and so does a call of any op whose schema
+// declares an argument written (Tensor(a!)), once per call, whether or not anything
+// requires grad (Note [One write, one bump] in sdk/src/dispatch/dispatcher.cc; a
+// custom op whose kernel calls fill_ on what it writes counts two, since custom_op
+// counts before its kernel runs). ctx.save_for_backward
 // records each tensor's version; saved_tensors() compares, and a tensor modified
 // since is PyTorch's error ("one of the variables needed for gradient computation
 // has been modified by an inplace operation: ..."). A kernel of one's own that writes
