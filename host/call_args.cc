@@ -246,9 +246,12 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
                      toString(*dtype), " without overflow");
       }
     }
-    // int64 straight from the integers: a trip through double would round above 2^53.
-    t = inferred == kInt64 ? from_vector(ints, n.shape) : from_vector(values, n.shape).to(inferred);
-    if (dtype) t = t.to(*dtype);
+    // Each value converted once, from what was written to the dtype, as torch.tensor
+    // does: integers straight from int64 (a trip through double would round above
+    // 2^53), anything else from double ([1e300]:f64 is 1e300, not float32's inf).
+    const ScalarType target = dtype.value_or(inferred);
+    t = inferred == kInt64 && !isFloatingType(target) ? from_vector(ints, n.shape).to(target)
+                                                      : from_vector(values, n.shape).to(target);
   } else {
     const size_t open = base.find('(');
     STRATA_CHECK(open != std::string_view::npos, Value, "'", shortened(whole), "': expected NAME(sizes)");

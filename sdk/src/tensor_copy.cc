@@ -150,8 +150,8 @@ void copyData(const Tensor& dst, const Tensor& src) {
 // with an overflow. Checked once per call, before any element is written, and for an
 // empty tensor too (PyTorch converts the value before looking at the elements); a meta
 // tensor has no data and takes any value, as PyTorch's meta fill_. A number given to
-// a binary op (add(t, 300) on uint8) is not checked: PyTorch wraps it as a C++ cast
-// does (uint8 + 300 is 44), and so does Strata (detail::scalarTensor).
+// a binary op (add(t, 300) on uint8) is not checked: PyTorch wraps an integer one as a
+// C++ cast does (uint8 + 300 is 44), and so does Strata (detail::scalarTensor).
 template <typename T>
 bool overflows(const Scalar& v) {
   if constexpr (std::is_same_v<T, bool>) {
@@ -254,8 +254,8 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
   STRATA_CHECK(std::equal(sizes().begin(), sizes().end(), src.sizes().begin(), src.sizes().end()), Value,
                "copy_: destination sizes ", detail::shapeStr(sizes()), " differ from source sizes ",
                detail::shapeStr(src.sizes()));
+  storage()->bump_version();  // Note [Version counters] in modes/autograd.h; a meta tensor's too
   if (is_meta()) return *this;  // a meta tensor has no data to write
-  storage()->bump_version();  // Note [Version counters] in modes/autograd.h
   detail::copyData(*this, src);
   return *this;
 }
@@ -270,13 +270,12 @@ const Tensor& Tensor::fill_(const Scalar& value) const {
     ops::fill_(self, value);
     return *this;
   }
-  if (is_meta()) return *this;  // a meta tensor has no data to write
   // Before the counter moves: a value refused writes nothing. An empty tensor's value
-  // is checked too (Note [A fill value must fit the dtype]).
-  detail::checkFillValue(*this, value, "fill_");
-  // An empty tensor's counter moves too, as PyTorch's does: the write happened.
+  // is checked too, a meta tensor's not (Note [A fill value must fit the dtype]).
+  if (!is_meta()) detail::checkFillValue(*this, value, "fill_");
+  // An empty or meta tensor's counter moves too, as PyTorch's does: the write happened.
   storage()->bump_version();  // Note [Version counters] in modes/autograd.h
-  detail::fillData(*this, value, nullptr);
+  detail::fillData(*this, value, nullptr);  // nothing for a meta tensor
   return *this;
 }
 
@@ -286,8 +285,7 @@ const Tensor& Tensor::zero_() const {
     ops::zero_(self);
     return *this;
   }
-  if (is_meta()) return *this;
-  storage()->bump_version();  // as fill_'s, an empty tensor's included
+  storage()->bump_version();  // as fill_'s, an empty or meta tensor's included
   detail::fillData(*this, Scalar(int64_t{0}), nullptr);  // zero fits every dtype
   return *this;
 }

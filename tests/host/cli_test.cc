@@ -392,6 +392,9 @@ TEST(CliCallTest, RunsOpsOnLiteralArguments) {
   EXPECT_EQ(r.out, "tensor([-1, -2])\n");
   r = run("call core::neg '[9007199254740993]'");  // 2^53 + 1: int64 literals do not pass through double
   EXPECT_EQ(r.out, "tensor([-9007199254740993])\n");
+  // A float64 literal is read as a double, not rounded through float32 first.
+  r = run("call core::sub '[0.1,1e300]:f64' 0.1");
+  EXPECT_EQ(r.out, "tensor([ 0.0000e+00, 1.0000e+300], dtype=float64)\n");
   r = run("call core::cat '[ones(2),[1,2]]'");
   EXPECT_EQ(r.out, "tensor([1., 1., 1., 2.])\n");
   r = run("call core::matmul 'arange(6):f32' '[1.5]'");

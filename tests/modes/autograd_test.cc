@@ -290,6 +290,45 @@ TEST(Autograd, AWriteUnderAutogradCountsOnce) {
     twice.call(pm);
   }
   EXPECT_THAT(errorOf([&] { y2.backward(); }), HasSubstr("modified by an inplace operation"));
+  // A Tensor& on an argument the schema does not write is not counted: the schema says
+  // what is written, not the C++ reference.
+  lib.def("peek(Tensor x) -> Tensor");
+  lib.impl("peek", [](Tensor& x) { return x.clone(); }, DispatchKey::CPU);
+  const auto peek = Dispatcher::singleton().findSchemaOrThrow("ag_bump::peek").typed<Tensor(Tensor&)>();
+  Tensor read = ones({2});
+  peek.call(read);
+  EXPECT_EQ(read._version(), 0u);
+  // A written Tensor?[] (a generic list on the stack) is counted on a boxed call.
+  lib.def("twice_all_(Tensor(a!)?[] xs) -> ()");
+  lib.impl("twice_all_", CppFunction::makeFromBoxedFunctor([](const OperatorHandle&, DispatchKeySet, Stack& stack) {
+    for (const IValue& e : stack[0].toList()) {
+      if (e.isNone()) continue;
+      float* q = e.toTensor().data_ptr<float>();
+      for (int64_t i = 0; i < e.toTensor().numel(); ++i) q[i] *= 2;
+    }
+    stack.clear();
+  }), DispatchKey::CPU);
+  Tensor l0 = ones({1}), l1 = ones({1});
+  Stack ls{IValue(std::vector<IValue>{IValue(l0), IValue(), IValue(l1)})};
+  Dispatcher::singleton().findSchemaOrThrow("ag_bump::twice_all_").callBoxed(ls);
+  EXPECT_EQ(vals(l1), (std::vector<float>{2}));
+  EXPECT_EQ(l0._version(), 1u);
+  EXPECT_EQ(l1._version(), 1u);
+}
+
+// A meta tensor's write is a write: its counter moves, whether through the method or
+// the op, as PyTorch's (ADInplaceOrView is in a meta tensor's keys too).
+TEST(Autograd, AMetaTensorsWriteCountsToo) {
+  const Tensor m = empty({2}, TensorOptions(kFloat32).with_device(kMeta));
+  m.fill_(1.0);
+  EXPECT_EQ(m._version(), 1u);
+  m.zero_();
+  EXPECT_EQ(m._version(), 2u);
+  m.copy_(empty({2}, TensorOptions(kFloat32).with_device(kMeta)));
+  EXPECT_EQ(m._version(), 3u);
+  Tensor mm = m;
+  ops::fill_(mm, 2.0);
+  EXPECT_EQ(m._version(), 4u);
 }
 
 // The divisor's gradient, -g * ((a / b) / b) as PyTorch computes it: -g * a / b^2

@@ -283,23 +283,28 @@ class TypedOperatorHandle<Return(Args...)> final : public OperatorHandle {
 
  private:
   explicit TypedOperatorHandle(const OperatorHandle& op) : OperatorHandle(op) {}
-  // The Tensor& arguments: what the schema declares written (Tensor(a!); infer_schema
-  // and typed() hold the two together).
+  // The Tensor& arguments, infer_schema's reading of a written tensor (Tensor(a!)); the
+  // call reads the schema for which of them it writes. A written tensor taken as
+  // const Tensor& (or a Tensor(a!)? or Tensor(a!)[], which have no mutable C++ form)
+  // is counted by callBoxed and the autograd layer, not here.
   static constexpr size_t kWrites = (size_t{std::is_same_v<Args, Tensor&>} + ... + 0);
-  // A call of an op that writes an argument: Note [One write, one bump] in
+  // A call of an op that may write an argument: Note [One write, one bump] in
   // sdk/src/dispatch/dispatcher.cc.
   __attribute__((noinline)) Return writingCall(const KernelFunction& kernel, DispatchKeySet ks, Args... args) const {
+    const std::vector<Argument>& declared = schema().arguments();
     std::array<Tensor, kWrites> written;
     std::array<uint32_t, kWrites> before{};
-    size_t i = 0;
+    size_t i = 0, position = 0;
     (([&] {
        if constexpr (std::is_same_v<Args, Tensor&>) {
-         if (args.defined() && args.wrapper() == nullptr) {
+         if (position < declared.size() && declared[position].is_write() && args.defined() &&
+             args.wrapper() == nullptr) {
            written[i] = args;
            before[i] = args._version();
          }
          ++i;
        }
+       ++position;
      }()), ...);
     const auto bump = [&] {
       for (size_t k = 0; k < kWrites; ++k) {

@@ -1499,27 +1499,45 @@ struct OutermostCallSection {
 // a wrapper tensor (vmap, fake) is its layer's to count. Calls of ops that write
 // nothing, every core:: op but copy_, fill_ and zero_ among them, pay nothing: for
 // call() the test is compiled out, for callBoxed() it is one load and branch.
+// What a typed call cannot see: it knows a written tensor by its Tensor& (the
+// schema's Tensor(a!) as infer_schema reads it, checked against the schema at the
+// call), so a kernel that takes a written tensor as const Tensor&, a Tensor(a!)? or
+// Tensor(a!)[] (no mutable C++ form), and a call compiled into a bundle built before
+// this rule, are counted by callBoxed and the autograd layer only. KernelHandle::call
+// runs one kernel, not the op, and counts nothing, as a redispatch.
 namespace {
 struct WrittenVersions {
-  std::vector<std::pair<Tensor, uint32_t>> before;
+  // Most writing ops write one or two tensors: no heap for up to four.
+  std::array<std::pair<Tensor, uint32_t>, 4> first;
+  size_t n = 0;
+  std::vector<std::pair<Tensor, uint32_t>> more;
+
   WrittenVersions(const OperatorInfo& info, const Stack& stack) {
     for (size_t i : info.written_args) {
-      if (i >= stack.size()) continue;
-      const auto take = [&](const Tensor& t) {
-        if (t.defined() && t.wrapper() == nullptr) before.emplace_back(t, t._version());
-      };
-      const IValue& v = stack[i];
-      if (v.isTensor()) {
-        take(v.toTensor());
-      } else if (v.isTensorList()) {
-        for (const Tensor& t : v.toTensorList()) take(t);
-      }
+      if (i < stack.size()) take(stack[i]);
     }
   }
-  void bumpUnchanged() const {
-    for (const auto& [t, v] : before) {
-      if (t._version() == v) t.storage()->bump_version();
+  // A Tensor, a Tensor? (None holds none), a Tensor[], or a Tensor?[] (a generic list).
+  void take(const IValue& v) {
+    if (v.isTensor()) {
+      take(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const Tensor& t : v.toTensorList()) take(t);
+    } else if (v.isGenericList()) {
+      for (const IValue& e : v.toList()) take(e);
     }
+  }
+  void take(const Tensor& t) {
+    if (!t.defined() || t.wrapper() != nullptr) return;
+    if (n < first.size()) first[n++] = {t, t._version()};
+    else more.emplace_back(t, t._version());
+  }
+  void bumpUnchanged() const {
+    const auto bump = [](const std::pair<Tensor, uint32_t>& e) {
+      if (e.first._version() == e.second) e.first.storage()->bump_version();
+    };
+    for (size_t k = 0; k < n; ++k) bump(first[k]);
+    for (const auto& e : more) bump(e);
   }
 };
 }  // namespace
