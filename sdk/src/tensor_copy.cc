@@ -151,7 +151,9 @@ void copyData(const Tensor& dst, const Tensor& src) {
 // empty tensor too (PyTorch converts the value before looking at the elements); a meta
 // tensor has no data and takes any value, as PyTorch's meta fill_. A number given to
 // a binary op (add(t, 300) on uint8) is not checked: PyTorch wraps an integer one as a
-// C++ cast does (uint8 + 300 is 44), and so does Strata (detail::scalarTensor).
+// C++ cast does (uint8 + 300 is 44), and so does Strata (detail::scalarTensor). add's
+// and sub's alpha is checked as a fill value is (sub's negated first: ATen's sub is add
+// with -alpha), as PyTorch converts it with the same check (checkAlphaFits).
 template <typename T>
 bool overflows(const Scalar& v) {
   if constexpr (std::is_same_v<T, bool>) {
@@ -203,10 +205,10 @@ std::string pythonRepr(const Scalar& v) {
   return out;
 }
 
-void checkFillValue(const Tensor& t, const Scalar& value, const char* op) {
-  STRATA_DISPATCH_ALL_TYPES(t.dtype(), op, [&] {
-    STRATA_CHECK(!overflows<scalar_t>(value), Value, op, ": value ", pythonRepr(value), " cannot be converted to ",
-                 toString(t.dtype()), " without overflow (", toString(t.dtype()), " holds ",
+void checkScalarFits(ScalarType dtype, const Scalar& value, const char* op, const char* what) {
+  STRATA_DISPATCH_ALL_TYPES(dtype, op, [&] {
+    STRATA_CHECK(!overflows<scalar_t>(value), Value, op, ": ", what, " ", pythonRepr(value), " cannot be converted to ",
+                 toString(dtype), " without overflow (", toString(dtype), " holds ",
                  std::is_same_v<scalar_t, uint8_t> ? "0..255; an integer down to -255 wraps" :
                  std::is_same_v<scalar_t, int8_t> ? "-128..127" :
                  std::is_same_v<scalar_t, int32_t> ? "-2147483648..2147483647" :
@@ -215,6 +217,22 @@ void checkFillValue(const Tensor& t, const Scalar& value, const char* op) {
                  std::is_same_v<scalar_t, BFloat16> ? "at most ~3.39e38 in magnitude" :
                  "at most ~3.40e38 in magnitude", ")");
   });
+}
+
+void checkFillValue(const Tensor& t, const Scalar& value, const char* op) {
+  checkScalarFits(t.dtype(), value, op, "value");
+}
+
+void checkAlphaFits(ScalarType dtype, const Scalar& alpha, bool negate, const char* op) {
+  if (!negate || alpha.isBoolean()) {
+    checkScalarFits(dtype, alpha, op, "alpha");
+  } else if (alpha.isIntegral()) {
+    // Two's complement negation: INT64_MIN stays itself, as in ATen.
+    const int64_t n = static_cast<int64_t>(0 - static_cast<uint64_t>(alpha.toLong()));
+    checkScalarFits(dtype, Scalar(n), op, "alpha, negated,");
+  } else {
+    checkScalarFits(dtype, Scalar(-alpha.toDouble()), op, "alpha, negated,");
+  }
 }
 
 void fillData(const Tensor& t, const Scalar& value, const char* op) {

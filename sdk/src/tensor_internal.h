@@ -91,6 +91,10 @@ void copyData(const Tensor& dst, const Tensor& src);
 void fillData(const Tensor& t, const Scalar& value, const char* op);
 // Error(Value) naming op when value does not fit t's dtype.
 void checkFillValue(const Tensor& t, const Scalar& value, const char* op);
+// Error(Value) naming op and what ("value", "alpha") when value does not fit dtype.
+void checkScalarFits(ScalarType dtype, const Scalar& value, const char* op, const char* what);
+// add's alpha (sub's negated) against the result dtype, as ATen converts it.
+void checkAlphaFits(ScalarType dtype, const Scalar& alpha, bool negate, const char* op);
 // A 0-dim tensor holding s, converted as a C++ cast (unchecked): the other operand of
 // add(t, 300) and the like.
 Tensor scalarTensor(const Scalar& s, ScalarType dtype, Device device);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "strata/strata.h"
 #include "test_util.h"
@@ -210,6 +211,36 @@ TEST(CoreOps, Allclose) {
   const float nan = std::nanf("");
   EXPECT_FALSE(ops::allclose(fv({nan}), fv({nan})));
   EXPECT_TRUE(ops::allclose(fv({nan}), fv({nan}), 1e-5, 1e-8, true));
+  // A difference that is infinite in the dtype is never close, as torch.isclose.
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(ops::allclose(fv({inf, -inf}), fv({inf, -inf})));
+  EXPECT_FALSE(ops::allclose(fv({inf}), fv({-inf})));
+  EXPECT_FALSE(ops::allclose(fv({1.0f}), fv({inf})));
+  EXPECT_FALSE(ops::allclose(fv({3e38f}), fv({-3e38f}), 2.0, 0.0));  // |a - b| is inf in float32
+  EXPECT_TRUE(ops::allclose(from_vector<double>({3e38}), from_vector<double>({-3e38}), 2.0, 0.0));  // not in float64
+  EXPECT_FALSE(ops::allclose(fv({60000}).to(kFloat16), fv({-60000}).to(kFloat16), 0.0, inf));
+  EXPECT_TRUE(ops::allclose(fv({1000}).to(kFloat16), fv({1001}).to(kFloat16), 1e-3, 0.0));
+  EXPECT_TRUE(ops::allclose(from_vector<int64_t>({5}), from_vector<int64_t>({6}), 0.0, 1.0));
+}
+
+// alpha is converted to the result dtype with the fill value's check (sub's negated
+// first), as ATen's add/sub convert it: a value the dtype cannot hold is an error.
+TEST(CoreOps, AlphaMustFitTheResultDtype) {
+  const Tensor u = from_vector<int64_t>({3, 1}).to(kUInt8);
+  EXPECT_THAT(errorOf([&] { ops::add(u, u, 300); }),
+              HasSubstr("core::add: alpha 300 cannot be converted to uint8 without overflow"));
+  const Tensor i8 = from_vector<int64_t>({3, 1}).to(kInt8);
+  EXPECT_THAT(errorOf([&] { ops::sub(i8, 1, -255); }),
+              HasSubstr("core::sub: alpha, negated, 255 cannot be converted to int8 without overflow"));
+  EXPECT_EQ(ops::sub(i8, 1, 128).to_vector<int8_t>(), (std::vector<int8_t>{-125, -127}));  // -128 fits
+  EXPECT_THAT(errorOf([&] { ops::add(fv({1}).to(kFloat16), fv({1}).to(kFloat16), 70000.0); }),
+              HasSubstr("alpha 70000.0 cannot be converted to float16"));
+  EXPECT_THAT(errorOf([&] { ops::add(fv({1}), fv({1}), 1e39); }), HasSubstr("float32 without overflow"));
+  EXPECT_EQ(ops::add(u, u, -1).to_vector<uint8_t>(), (std::vector<uint8_t>{0, 0}));  // -1 wraps in uint8
+  EXPECT_TRUE(std::isinf(ops::add(fv({1}), fv({1}), std::numeric_limits<double>::infinity()).item().toDouble()));
+  // A meta call converts nothing, as ATen's meta add.
+  EXPECT_NO_THROW(ops::add(empty({2}, TensorOptions(kUInt8).with_device(kMeta)),
+                           empty({2}, TensorOptions(kUInt8).with_device(kMeta)), 300));
   EXPECT_THAT(errorOf([] { ops::allclose(empty({1}, kMeta), empty({1}, kMeta)); }), HasSubstr("meta tensors have none"));
   // As torch.isclose: one dtype, tolerances not negative.
   EXPECT_THAT(errorOf([] { ops::allclose(from_vector<int64_t>({1}), fv({1})); }), HasSubstr("int64 did not match float32"));

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <string_view>
+
 #include "cuda/cuda_backend.h"
 #include "cuda/elementwise.h"
 #include "ops/core_rules.h"
@@ -121,6 +123,7 @@ Tensor scalarOn(const Scalar& s, ScalarType dt, const Tensor& like) {
 }
 double alphaOf(const char* op, ScalarType dt, const Scalar& alpha) {
   detail::checkAlpha(op, dt, alpha);
+  detail::checkAlphaFits(dt, alpha, std::string_view(op) == "core::sub", op);
   return alpha.toDouble();
 }
 

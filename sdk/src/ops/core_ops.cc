@@ -178,6 +178,7 @@ Tensor addImpl(const Tensor& a, const Tensor& b, const Scalar& alpha_in, ScalarT
                bool negate) {
   const char* name = negate ? "core::sub" : "core::add";
   detail::checkAlpha(name, dtype, alpha_in);
+  if (compute) detail::checkAlphaFits(dtype, alpha_in, negate, name);  // a meta call converts nothing
   const bool half = dtype == ScalarType::Half, bf16 = dtype == ScalarType::BFloat16;
   auto toResultType = [&](float v) { return half ? roundedTo<Half>(v) : bf16 ? roundedTo<BFloat16>(v) : v; };
   const Scalar alpha =
@@ -607,6 +608,34 @@ bool allclose_cpu(const Tensor& a, const Tensor& b, double rtol, double atol, bo
   STRATA_CHECK(rtol >= 0, Value, "core::allclose: rtol must be greater than or equal to zero, but got ", rtol);
   STRATA_CHECK(atol >= 0, Value, "core::allclose: atol must be greater than or equal to zero, but got ", atol);
   const std::vector<int64_t> shape = ops::broadcastShapes(a.sizes(), b.sizes());
+  if (isFloatingType(a.dtype())) {
+    // As torch.isclose, each step in the tensors' dtype (float16/bfloat16 computing in
+    // float and rounding each result): equal, or NaN beside NaN with equal_nan, or a
+    // finite |a - b| within atol + |rtol * b|. So inf and -inf are not close, nor are
+    // 3e38 and -3e38 in float32, whose difference is inf there.
+    const Tensor ca = detail::broadcastTo(a, shape).contiguous();
+    const Tensor cb = detail::broadcastTo(b, shape).contiguous();
+    return STRATA_DISPATCH_ALL_TYPES(a.dtype(), "core::allclose", [&]() -> bool {
+      if constexpr (std::is_floating_point_v<scalar_t> || std::is_same_v<scalar_t, Half> ||
+                    std::is_same_v<scalar_t, BFloat16>) {
+        using acc = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+        const scalar_t* pa = ca.data_ptr<scalar_t>();
+        const scalar_t* pb = cb.data_ptr<scalar_t>();
+        for (int64_t i = 0, n = ca.numel(); i < n; ++i) {
+          const acc x = static_cast<acc>(pa[i]), y = static_cast<acc>(pb[i]);
+          if (x == y) continue;  // equal infinities too
+          if (equal_nan && std::isnan(x) && std::isnan(y)) continue;
+          const acc scaled = std::fabs(static_cast<acc>(static_cast<scalar_t>(static_cast<acc>(rtol) * y)));
+          const acc allowed = static_cast<acc>(static_cast<scalar_t>(static_cast<acc>(atol) + scaled));
+          const acc actual = std::fabs(static_cast<acc>(static_cast<scalar_t>(x - y)));
+          if (!(std::isfinite(actual) && actual <= allowed)) return false;
+        }
+        return true;
+      } else {
+        return false;  // not reached: a floating dtype
+      }
+    });
+  }
   const Tensor ca = contiguousAs(detail::broadcastTo(a, shape), ScalarType::Double);
   const Tensor cb = contiguousAs(detail::broadcastTo(b, shape), ScalarType::Double);
   const double* pa = ca.data_ptr<double>();
