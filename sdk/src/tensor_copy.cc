@@ -272,6 +272,17 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
   STRATA_CHECK(std::equal(sizes().begin(), sizes().end(), src.sizes().begin(), src.sizes().end()), Value,
                "copy_: destination sizes ", detail::shapeStr(sizes()), " differ from source sizes ",
                detail::shapeStr(src.sizes()));
+  if (!is_meta() && numel() > 1) {
+    // As ATen's assert_no_internal_overlap: a destination whose elements share memory
+    // (a stride 0 over more than one element, as expand makes) would keep whichever
+    // write came last. fill_ and zero_ write one value, and PyTorch allows them.
+    for (size_t d = 0; d < sizes().size(); ++d) {
+      STRATA_CHECK(strides()[d] != 0 || sizes()[d] <= 1, Value,
+                   "copy_: unsupported operation: more than one element of the written-to tensor (sizes ",
+                   detail::shapeStr(sizes()), ", strides ", detail::shapeStr(strides()),
+                   ") refers to a single memory location. Please clone() the tensor before performing the operation.");
+    }
+  }
   storage()->bump_version();  // Note [Version counters] in modes/autograd.h; a meta tensor's too
   if (is_meta()) return *this;  // a meta tensor has no data to write
   detail::copyData(*this, src);

@@ -225,6 +225,29 @@ TEST(CoreOps, Allclose) {
 
 // alpha is converted to the result dtype with the fill value's check (sub's negated
 // first), as ATen's add/sub convert it: a value the dtype cannot hold is an error.
+// As PyTorch's CPU kernels: no bool matmul (a meta call gives the shape), and no
+// copy_ into a tensor whose elements share memory (expand's stride 0).
+TEST(CoreOps, BoolMatmulAndCopyIntoAnExpandedTensorAreRefused) {
+  const Tensor t = from_vector<int64_t>({0, 1, 0}).to(kBool);
+  EXPECT_THAT(errorOf([&] { ops::matmul(t, t); }), HasSubstr("\"core::matmul\" not implemented for 'Bool' (as PyTorch's \"dot\")"));
+  EXPECT_THAT(errorOf([&] { ops::matmul(t.view({1, 3}), t.view({3, 1})); }), HasSubstr("addmm_impl_cpu_"));
+  EXPECT_EQ(shapeOf(ops::matmul(empty({2, 3}, TensorOptions(kBool).with_device(kMeta)),
+                                empty({3}, TensorOptions(kBool).with_device(kMeta)))),
+            (std::vector<int64_t>{2}));
+  const Tensor one = fv({1.0f});
+  const Tensor expanded = one.as_strided({3}, {0});  // what expand(3) makes
+  EXPECT_THAT(errorOf([&] { expanded.copy_(fv({1, 2, 3})); }),
+              HasSubstr("more than one element of the written-to tensor (sizes [3], strides [0]) refers to a single "
+                        "memory location"));
+  Tensor e = expanded;
+  EXPECT_THAT(errorOf([&] { ops::copy_(e, fv({1, 2, 3})); }), HasSubstr("Please clone() the tensor"));
+  EXPECT_EQ(one._version(), 0u);  // refused before it counted a write
+  expanded.fill_(5.0);  // one value into every element: allowed, as in PyTorch
+  EXPECT_EQ(one.to_vector<float>(), (std::vector<float>{5}));
+  one.as_strided({1}, {0}).copy_(fv({7}));  // a stride 0 over one element shares nothing
+  EXPECT_EQ(one.to_vector<float>(), (std::vector<float>{7}));
+}
+
 TEST(CoreOps, AlphaMustFitTheResultDtype) {
   const Tensor u = from_vector<int64_t>({3, 1}).to(kUInt8);
   EXPECT_THAT(errorOf([&] { ops::add(u, u, 300); }),

@@ -362,6 +362,11 @@ Tensor matmul_kernel(const Tensor& a, const Tensor& b) {
   if (b.dim() > 1) out_shape.push_back(m);
   const ScalarType dt = a.dtype();
   if (!kCompute) return empty(out_shape, like(a, dt));
+  // PyTorch's kernels (dot, mv, mm, bmm) have no bool form; its meta kernel does not
+  // look, and neither does the one above.
+  STRATA_CHECK(dt != ScalarType::Bool, Type, "\"core::matmul\" not implemented for 'Bool' (as PyTorch's \"",
+               a.dim() == 1 && b.dim() == 1 ? "dot" : b.dim() == 1 ? "addmv_impl_cpu" : a.dim() <= 2 && b.dim() <= 2 ? "addmm_impl_cpu_" : "bmm",
+               "\"): convert the operands first, e.g. .to(int64)");
   if (a.dim() == 2 && b.dim() == 2 && a.is_contiguous() && b.is_contiguous() && isFloatingType(dt)) {
     // Matrices: straight into the result, accumulating in float32 (float64 for
     // float64), as PyTorch's CPU kernels do for float32, float16 and bfloat16.
