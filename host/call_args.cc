@@ -249,9 +249,22 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
     // Each value converted once, from what was written to the dtype, as torch.tensor
     // does: integers straight from int64 (a trip through double would round above
     // 2^53), anything else from double ([1e300]:f64 is 1e300, not float32's inf).
+    // An integer dtype from a list that mixes floats in: the integers exactly, the
+    // floats truncated (the check above kept them in range).
     const ScalarType target = dtype.value_or(inferred);
-    t = inferred == kInt64 && !isFloatingType(target) ? from_vector(ints, n.shape).to(target)
-                                                      : from_vector(values, n.shape).to(target);
+    if (inferred == kInt64 && !isFloatingType(target)) {
+      t = from_vector(ints, n.shape).to(target);
+    } else if (!isFloatingType(target) && target != kBool) {
+      std::vector<int64_t> exact;
+      for (size_t i = 0; i < n.leaves.size(); ++i) {
+        if (auto b = asBool(n.leaves[i])) exact.push_back(*b ? 1 : 0);
+        else if (auto v = asInt(n.leaves[i])) exact.push_back(*v);
+        else exact.push_back(static_cast<int64_t>(values[i]));
+      }
+      t = from_vector(exact, n.shape).to(target);
+    } else {
+      t = from_vector(values, n.shape).to(target);
+    }
   } else {
     const size_t open = base.find('(');
     STRATA_CHECK(open != std::string_view::npos, Value, "'", shortened(whole), "': expected NAME(sizes)");

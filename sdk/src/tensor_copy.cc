@@ -272,6 +272,12 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
   STRATA_CHECK(std::equal(sizes().begin(), sizes().end(), src.sizes().begin(), src.sizes().end()), Value,
                "copy_: destination sizes ", detail::shapeStr(sizes()), " differ from source sizes ",
                detail::shapeStr(src.sizes()));
+  if (src.unsafeGetTensorImpl() == unsafeGetTensorImpl()) {
+    // Itself: nothing to move, and PyTorch's copy_ returns before its checks. The
+    // write is still counted, as ADInplaceOrView counts it.
+    storage()->bump_version();
+    return *this;
+  }
   if (!is_meta() && numel() > 1) {
     // As ATen's assert_no_internal_overlap: a destination whose elements share memory
     // (a stride 0 over more than one element, as expand makes) would keep whichever

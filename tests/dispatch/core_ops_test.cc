@@ -220,17 +220,37 @@ TEST(CoreOps, Allclose) {
   EXPECT_TRUE(ops::allclose(from_vector<double>({3e38}), from_vector<double>({-3e38}), 2.0, 0.0));  // not in float64
   EXPECT_FALSE(ops::allclose(fv({60000}).to(kFloat16), fv({-60000}).to(kFloat16), 0.0, inf));
   EXPECT_TRUE(ops::allclose(fv({1000}).to(kFloat16), fv({1001}).to(kFloat16), 1e-3, 0.0));
+  // Each step rounded to the dtype: |1 - 1.0009765625| is within 9.756e-4 * 1.0009765625
+  // only once the product is rounded to float16.
+  EXPECT_TRUE(ops::allclose(fv({1}).to(kFloat16), fv({1.0009765625f}).to(kFloat16), 9.756e-4, 0.0));
+  // Integers: equal exactly, or within the tolerances in float32, as torch.isclose
+  // (whose float32 difference of 2^24 + 1 and 2^24 is 0).
   EXPECT_TRUE(ops::allclose(from_vector<int64_t>({5}), from_vector<int64_t>({6}), 0.0, 1.0));
+  EXPECT_TRUE(ops::allclose(from_vector<int32_t>({16777217}), from_vector<int32_t>({16777216}), 0.0, 0.5));
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_FALSE(ops::allclose(from_vector<int64_t>({kMax}), from_vector<int64_t>({kMax - 1}), 0.0, 0.0));
+  EXPECT_TRUE(ops::allclose(from_vector<int64_t>({kMax}), from_vector<int64_t>({kMax}), 0.0, 0.0));
+  EXPECT_THAT(errorOf([] { ops::allclose(empty({1}, kMeta), empty({1}, kMeta)); }), HasSubstr("meta tensors have none"));
+  // As torch.isclose: one dtype, tolerances not negative.
+  EXPECT_THAT(errorOf([] { ops::allclose(from_vector<int64_t>({1}), fv({1})); }), HasSubstr("int64 did not match float32"));
+  EXPECT_THAT(errorOf([] { ops::allclose(fv({1}), fv({1}), -1.0); }), HasSubstr("rtol must be greater than or equal to zero"));
+  EXPECT_THAT(errorOf([] { ops::allclose(fv({1}), fv({1}), 1e-5, -1.0); }), HasSubstr("atol must be greater than or equal to zero"));
 }
 
-// alpha is converted to the result dtype with the fill value's check (sub's negated
-// first), as ATen's add/sub convert it: a value the dtype cannot hold is an error.
 // As PyTorch's CPU kernels: no bool matmul (a meta call gives the shape), and no
 // copy_ into a tensor whose elements share memory (expand's stride 0).
 TEST(CoreOps, BoolMatmulAndCopyIntoAnExpandedTensorAreRefused) {
   const Tensor t = from_vector<int64_t>({0, 1, 0}).to(kBool);
   EXPECT_THAT(errorOf([&] { ops::matmul(t, t); }), HasSubstr("\"core::matmul\" not implemented for 'Bool' (as PyTorch's \"dot\")"));
   EXPECT_THAT(errorOf([&] { ops::matmul(t.view({1, 3}), t.view({3, 1})); }), HasSubstr("addmm_impl_cpu_"));
+  EXPECT_THAT(errorOf([&] { ops::matmul(t.view({1, 1, 3}), t); }), HasSubstr("addmv_impl_cpu"));
+  EXPECT_THAT(errorOf([&] { ops::matmul(t.view({1, 1, 3}), t.view({1, 3, 1})); }), HasSubstr("\"bmm\""));
+  // No product to compute: PyTorch gives the (empty or false) result, but not for dot.
+  const auto bools = [](std::vector<int64_t> s) { return ops::zeros(s, kBool); };
+  EXPECT_EQ(shapeOf(ops::matmul(bools({2, 0}), bools({0, 2}))), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(ops::matmul(bools({2, 0}), bools({0, 2})).to_vector<bool>(), (std::vector<bool>{false, false, false, false}));
+  EXPECT_EQ(shapeOf(ops::matmul(bools({0, 3}), bools({3, 2}))), (std::vector<int64_t>{0, 2}));
+  EXPECT_THAT(errorOf([&] { ops::matmul(bools({0}), bools({0})); }), HasSubstr("\"dot\""));
   EXPECT_EQ(shapeOf(ops::matmul(empty({2, 3}, TensorOptions(kBool).with_device(kMeta)),
                                 empty({3}, TensorOptions(kBool).with_device(kMeta)))),
             (std::vector<int64_t>{2}));
@@ -246,8 +266,15 @@ TEST(CoreOps, BoolMatmulAndCopyIntoAnExpandedTensorAreRefused) {
   EXPECT_EQ(one.to_vector<float>(), (std::vector<float>{5}));
   one.as_strided({1}, {0}).copy_(fv({7}));  // a stride 0 over one element shares nothing
   EXPECT_EQ(one.to_vector<float>(), (std::vector<float>{7}));
+  // A tensor copied into itself: PyTorch returns at once (the write is still counted).
+  const uint32_t v = one._version();
+  expanded.copy_(expanded);
+  EXPECT_NO_THROW(ops::copy_(e, e));
+  EXPECT_EQ(one._version(), v + 2);
 }
 
+// alpha is converted to the result dtype with the fill value's check (sub's negated
+// first), as ATen's add/sub convert it: a value the dtype cannot hold is an error.
 TEST(CoreOps, AlphaMustFitTheResultDtype) {
   const Tensor u = from_vector<int64_t>({3, 1}).to(kUInt8);
   EXPECT_THAT(errorOf([&] { ops::add(u, u, 300); }),
@@ -264,11 +291,6 @@ TEST(CoreOps, AlphaMustFitTheResultDtype) {
   // A meta call converts nothing, as ATen's meta add.
   EXPECT_NO_THROW(ops::add(empty({2}, TensorOptions(kUInt8).with_device(kMeta)),
                            empty({2}, TensorOptions(kUInt8).with_device(kMeta)), 300));
-  EXPECT_THAT(errorOf([] { ops::allclose(empty({1}, kMeta), empty({1}, kMeta)); }), HasSubstr("meta tensors have none"));
-  // As torch.isclose: one dtype, tolerances not negative.
-  EXPECT_THAT(errorOf([] { ops::allclose(from_vector<int64_t>({1}), fv({1})); }), HasSubstr("int64 did not match float32"));
-  EXPECT_THAT(errorOf([] { ops::allclose(fv({1}), fv({1}), -1.0); }), HasSubstr("rtol must be greater than or equal to zero"));
-  EXPECT_THAT(errorOf([] { ops::allclose(fv({1}), fv({1}), 1e-5, -1.0); }), HasSubstr("atol must be greater than or equal to zero"));
 }
 
 TEST(CoreOps, MetaKernelsGiveShapesAndDtypesWithoutData) {

@@ -395,6 +395,8 @@ TEST(CliCallTest, RunsOpsOnLiteralArguments) {
   // A float64 literal is read as a double, not rounded through float32 first.
   r = run("call core::sub '[0.1,1e300]:f64' 0.1");
   EXPECT_EQ(r.out, "tensor([ 0.0000e+00, 1.0000e+300], dtype=float64)\n");
+  r = run("call core::clone '[9223372036854775807,0.5]:i64'");  // integers exact beside a float
+  EXPECT_EQ(r.out, "tensor([9223372036854775807,                   0])\n");
   r = run("call core::cat '[ones(2),[1,2]]'");
   EXPECT_EQ(r.out, "tensor([1., 1., 1., 2.])\n");
   r = run("call core::matmul 'arange(6):f32' '[1.5]'");

@@ -123,7 +123,10 @@ Tensor scalarOn(const Scalar& s, ScalarType dt, const Tensor& like) {
 }
 double alphaOf(const char* op, ScalarType dt, const Scalar& alpha) {
   detail::checkAlpha(op, dt, alpha);
-  detail::checkAlphaFits(dt, alpha, std::string_view(op) == "core::sub", op);
+  // PyTorch's CUDA kernels take alpha in the compute type (float for float16 and
+  // bfloat16), its CPU kernels in the result's: each checks against its own.
+  const ScalarType compute = dt == ScalarType::Half || dt == ScalarType::BFloat16 ? ScalarType::Float : dt;
+  detail::checkAlphaFits(compute, alpha, std::string_view(op) == "core::sub", op);
   return alpha.toDouble();
 }
 

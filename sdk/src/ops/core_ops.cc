@@ -364,9 +364,20 @@ Tensor matmul_kernel(const Tensor& a, const Tensor& b) {
   if (!kCompute) return empty(out_shape, like(a, dt));
   // PyTorch's kernels (dot, mv, mm, bmm) have no bool form; its meta kernel does not
   // look, and neither does the one above.
-  STRATA_CHECK(dt != ScalarType::Bool, Type, "\"core::matmul\" not implemented for 'Bool' (as PyTorch's \"",
-               a.dim() == 1 && b.dim() == 1 ? "dot" : b.dim() == 1 ? "addmv_impl_cpu" : a.dim() <= 2 && b.dim() <= 2 ? "addmm_impl_cpu_" : "bmm",
-               "\"): convert the operands first, e.g. .to(int64)");
+  // Like theirs, it refuses only a product it would compute: dot always, the others
+  // when the result has elements and the inner size is not 0. The name is the kernel
+  // PyTorch's matmul reaches for those ranks.
+  if (dt == ScalarType::Bool) {
+    int64_t out_numel = 1;
+    for (int64_t s : out_shape) out_numel *= s;
+    const bool dot = a.dim() == 1 && b.dim() == 1;
+    STRATA_CHECK(!dot && (out_numel == 0 || k == 0), Type, "\"core::matmul\" not implemented for 'Bool' (as PyTorch's \"",
+                 dot                              ? "dot"
+                 : b.dim() == 1 || (a.dim() == 1 && b.dim() >= 3) ? "addmv_impl_cpu"
+                 : a.dim() >= 3 && b.dim() >= 3   ? "bmm"
+                                                  : "addmm_impl_cpu_",
+                 "\"): convert the operands first, e.g. .to(int64)");
+  }
   if (a.dim() == 2 && b.dim() == 2 && a.is_contiguous() && b.is_contiguous() && isFloatingType(dt)) {
     // Matrices: straight into the result, accumulating in float32 (float64 for
     // float64), as PyTorch's CPU kernels do for float32, float16 and bfloat16.
@@ -581,6 +592,10 @@ Tensor stack_kernel(const std::vector<Tensor>& ts, int64_t dim) {
 
 Tensor clone_kernel(const Tensor& a) { return a.clone(); }
 Tensor& copy_kernel(Tensor& self, const Tensor& src, bool /*non_blocking*/) {
+  if (src.unsafeGetTensorImpl() == self.unsafeGetTensorImpl()) {
+    self.copy_(src);  // itself: counted, nothing moved (Tensor::copy_)
+    return self;
+  }
   const std::vector<int64_t> shape = ops::broadcastShapes(self.sizes(), src.sizes());
   STRATA_CHECK(std::equal(shape.begin(), shape.end(), self.sizes().begin(), self.sizes().end()), Value,
                "core::copy_: the source of shape ", shapeStr(src.sizes()),
@@ -605,6 +620,24 @@ Tensor empty_like_kernel(const Tensor& a, std::optional<ScalarType> dtype, std::
   return empty(a.sizes(), TensorOptions(dtype.value_or(a.dtype())).with_device(device.value_or(a.device())));
 }
 
+// torch.isclose on one floating dtype T, element by element (allclose_cpu).
+template <typename T>
+bool allcloseIn(const Tensor& ca, const Tensor& cb, double rtol, double atol, bool equal_nan) {
+  using acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const T* pa = ca.data_ptr<T>();
+  const T* pb = cb.data_ptr<T>();
+  for (int64_t i = 0, n = ca.numel(); i < n; ++i) {
+    const acc x = static_cast<acc>(pa[i]), y = static_cast<acc>(pb[i]);
+    if (x == y) continue;  // equal infinities too
+    if (equal_nan && std::isnan(x) && std::isnan(y)) continue;
+    const acc scaled = std::fabs(static_cast<acc>(static_cast<T>(static_cast<acc>(rtol) * y)));
+    const acc allowed = static_cast<acc>(static_cast<T>(static_cast<acc>(atol) + scaled));
+    const acc actual = std::fabs(static_cast<acc>(static_cast<T>(x - y)));
+    if (!(std::isfinite(actual) && actual <= allowed)) return false;
+  }
+  return true;
+}
+
 bool allclose_cpu(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
   checkSameDevice("core::allclose", a, b);
   // As torch.isclose: the same dtype, and tolerances that are not negative.
@@ -620,39 +653,29 @@ bool allclose_cpu(const Tensor& a, const Tensor& b, double rtol, double atol, bo
     // 3e38 and -3e38 in float32, whose difference is inf there.
     const Tensor ca = detail::broadcastTo(a, shape).contiguous();
     const Tensor cb = detail::broadcastTo(b, shape).contiguous();
-    return STRATA_DISPATCH_ALL_TYPES(a.dtype(), "core::allclose", [&]() -> bool {
-      if constexpr (std::is_floating_point_v<scalar_t> || std::is_same_v<scalar_t, Half> ||
-                    std::is_same_v<scalar_t, BFloat16>) {
-        using acc = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
-        const scalar_t* pa = ca.data_ptr<scalar_t>();
-        const scalar_t* pb = cb.data_ptr<scalar_t>();
-        for (int64_t i = 0, n = ca.numel(); i < n; ++i) {
-          const acc x = static_cast<acc>(pa[i]), y = static_cast<acc>(pb[i]);
-          if (x == y) continue;  // equal infinities too
-          if (equal_nan && std::isnan(x) && std::isnan(y)) continue;
-          const acc scaled = std::fabs(static_cast<acc>(static_cast<scalar_t>(static_cast<acc>(rtol) * y)));
-          const acc allowed = static_cast<acc>(static_cast<scalar_t>(static_cast<acc>(atol) + scaled));
-          const acc actual = std::fabs(static_cast<acc>(static_cast<scalar_t>(x - y)));
-          if (!(std::isfinite(actual) && actual <= allowed)) return false;
-        }
-        return true;
-      } else {
-        return false;  // not reached: a floating dtype
-      }
-    });
-  }
-  const Tensor ca = contiguousAs(detail::broadcastTo(a, shape), ScalarType::Double);
-  const Tensor cb = contiguousAs(detail::broadcastTo(b, shape), ScalarType::Double);
-  const double* pa = ca.data_ptr<double>();
-  const double* pb = cb.data_ptr<double>();
-  for (int64_t i = 0, n = ca.numel(); i < n; ++i) {
-    const double x = pa[i], y = pb[i];
-    if (std::isnan(x) || std::isnan(y)) {
-      if (equal_nan && std::isnan(x) && std::isnan(y)) continue;
-      return false;
+    switch (a.dtype()) {
+      case ScalarType::Double: return allcloseIn<double>(ca, cb, rtol, atol, equal_nan);
+      case ScalarType::Float: return allcloseIn<float>(ca, cb, rtol, atol, equal_nan);
+      case ScalarType::Half: return allcloseIn<Half>(ca, cb, rtol, atol, equal_nan);
+      default: return allcloseIn<BFloat16>(ca, cb, rtol, atol, equal_nan);
     }
-    if (x == y) continue;  // equal infinities
-    if (!(std::fabs(x - y) <= atol + rtol * std::fabs(y))) return false;
+  }
+  // Integers and bools, as torch.isclose: equal exactly, else (with a tolerance) within
+  // it in float32, where their difference is taken.
+  const Tensor ia = contiguousAs(detail::broadcastTo(a, shape), ScalarType::Long);
+  const Tensor ib = contiguousAs(detail::broadcastTo(b, shape), ScalarType::Long);
+  const Tensor fa = contiguousAs(detail::broadcastTo(a, shape), ScalarType::Float);
+  const Tensor fb = contiguousAs(detail::broadcastTo(b, shape), ScalarType::Float);
+  const int64_t* pa = ia.data_ptr<int64_t>();
+  const int64_t* pb = ib.data_ptr<int64_t>();
+  const float* qa = fa.data_ptr<float>();
+  const float* qb = fb.data_ptr<float>();
+  for (int64_t i = 0, n = ia.numel(); i < n; ++i) {
+    if (pa[i] == pb[i]) continue;
+    if (rtol == 0 && atol == 0) return false;
+    const float allowed = static_cast<float>(atol) + std::fabs(static_cast<float>(rtol) * qb[i]);
+    const float actual = std::fabs(qa[i] - qb[i]);
+    if (!(std::isfinite(actual) && actual <= allowed)) return false;
   }
   return true;
 }
