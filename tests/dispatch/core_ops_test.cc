@@ -189,6 +189,12 @@ TEST(CoreOps, StackAndCat) {
   EXPECT_EQ(skipped.sizes()[1], 3);
   EXPECT_EQ(skipped.dtype(), kFloat64);
   EXPECT_EQ(ops::cat({zeros({0}), zeros({0})}).numel(), 0);
+  // Every input skipped: an empty 1-d result of the promoted dtype, whatever dim says.
+  for (int64_t dim : {1, -2, 5}) {
+    const Tensor none = ops::cat({zeros({0}), zeros({0}, kInt64), zeros({0}, kFloat64)}, dim);
+    EXPECT_EQ(shapeOf(none), (std::vector<int64_t>{0}));
+    EXPECT_EQ(none.dtype(), kFloat64);
+  }
   EXPECT_THAT(errorOf([] { ops::cat({ones({2}), full({}, 1.0)}); }), HasSubstr("zero-dimensional tensor (at position 1)"));
 }
 

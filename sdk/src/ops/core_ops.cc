@@ -542,7 +542,17 @@ Tensor cat_kernel(const std::vector<Tensor>& ts, int64_t dim) {
                  ") cannot be concatenated");
   }
   auto ref = std::find_if(ts.begin(), ts.end(), [](const Tensor& t) { return !legacyEmpty(t); });
-  const Tensor& first = ref != ts.end() ? *ref : ts.front();
+  if (ref == ts.end()) {
+    // Every input left out: as ATen's cat, an empty 1-d result of the promoted dtype,
+    // and dim is not looked at (its legacy_cat_wrap_dim wraps against no tensor).
+    ScalarType dt = ts.front().dtype();
+    for (const Tensor& t : ts) {
+      checkSameDevice("core::cat", ts.front(), t);
+      dt = ops::promoteTypes(dt, t.dtype());
+    }
+    return empty({0}, like(ts.front(), dt));
+  }
+  const Tensor& first = *ref;
   const int64_t nd = first.dim();
   const int64_t d = wrapDim(dim, nd);
   ScalarType dt = first.dtype();
