@@ -209,8 +209,9 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
     }
     const ScalarType inferred = n.leaves.empty() ? kFloat32 : all_bool ? kBool : any_float ? kFloat32 : kInt64;
     // Bools count as 0 and 1 among numbers, as in torch.tensor([True, 2]).
-    std::vector<int64_t> ints;
+    std::vector<int64_t> ints;  // a float leaf's is filled in below, for an integer dtype
     std::vector<double> values;
+    std::vector<size_t> float_leaves;
     for (std::string_view leaf : n.leaves) {
       if (auto b = asBool(leaf)) {
         ints.push_back(*b ? 1 : 0);
@@ -219,6 +220,8 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
         ints.push_back(*i);
         values.push_back(static_cast<double>(*i));
       } else {
+        float_leaves.push_back(values.size());
+        ints.push_back(0);
         values.push_back(*asDouble(leaf));
       }
     }
@@ -247,21 +250,14 @@ Tensor LiteralParser::parseTensor(std::string_view text) {
       }
     }
     // Each value converted once, from what was written to the dtype, as torch.tensor
-    // does: integers straight from int64 (a trip through double would round above
-    // 2^53), anything else from double ([1e300]:f64 is 1e300, not float32's inf).
-    // An integer dtype from a list that mixes floats in: the integers exactly, the
-    // floats truncated (the check above kept them in range).
+    // does: for an integer dtype the integers exactly (a trip through double would
+    // round above 2^53) and the floats truncated (the check above kept them in range);
+    // for a float or bool dtype everything from double ([1e300]:f64 is 1e300, not
+    // float32's inf).
     const ScalarType target = dtype.value_or(inferred);
-    if (inferred == kInt64 && !isFloatingType(target)) {
+    if (!isFloatingType(target) && target != kBool) {
+      for (size_t i : float_leaves) ints[i] = static_cast<int64_t>(values[i]);
       t = from_vector(ints, n.shape).to(target);
-    } else if (!isFloatingType(target) && target != kBool) {
-      std::vector<int64_t> exact;
-      for (size_t i = 0; i < n.leaves.size(); ++i) {
-        if (auto b = asBool(n.leaves[i])) exact.push_back(*b ? 1 : 0);
-        else if (auto v = asInt(n.leaves[i])) exact.push_back(*v);
-        else exact.push_back(static_cast<int64_t>(values[i]));
-      }
-      t = from_vector(exact, n.shape).to(target);
     } else {
       t = from_vector(values, n.shape).to(target);
     }

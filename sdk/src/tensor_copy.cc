@@ -248,7 +248,7 @@ void fillData(const Tensor& t, const Scalar& value, const char* op) {
   }
   if (t.is_cuda()) {
     const Tensor mirror = hostMirror(t, /*read_back=*/true);
-    fillData(mirror, value, op);
+    fillData(mirror, value, nullptr);  // checked above
     writeBack(t, mirror);
     return;
   }

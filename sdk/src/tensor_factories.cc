@@ -64,7 +64,7 @@ Tensor zeros(IntArrayRef sizes, TensorOptions options) {
     if (t.nbytes() != 0) std::memset(t.data_ptr(), 0, t.nbytes());
     return t;
   }
-  detail::fillData(t, Scalar(int64_t{0}), "zeros");
+  detail::fillData(t, Scalar(int64_t{0}), nullptr);  // zero fits every dtype
   return t;
 }
 

@@ -1,6 +1,7 @@
 // Internal helpers shared by the tensor sources.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -73,6 +74,8 @@ size_t requiredStorageBytes(IntArrayRef sizes, IntArrayRef strides, int64_t stor
 // A view of t broadcast to shape (stride 0 in the broadcast and the new leading
 // dims). REQUIRES: t's sizes broadcast to shape (ops::broadcastShapes checks it).
 inline Tensor broadcastTo(const Tensor& t, IntArrayRef shape) {
+  // Already that shape: the tensor itself (no view to make; copy_ sees its own source).
+  if (std::equal(shape.begin(), shape.end(), t.sizes().begin(), t.sizes().end())) return t;
   const size_t n = shape.size();
   const size_t lead = n - static_cast<size_t>(t.dim());
   std::vector<int64_t> strides(n, 0);

@@ -195,6 +195,8 @@ TEST(CoreOps, StackAndCat) {
     EXPECT_EQ(shapeOf(none), (std::vector<int64_t>{0}));
     EXPECT_EQ(none.dtype(), kFloat64);
   }
+  EXPECT_THAT(errorOf([] { ops::cat({zeros({0}), empty({0}, kMeta)}, 1); }),
+              HasSubstr("core::cat: expected all tensors to be on the same device, but found cpu and meta"));
   EXPECT_THAT(errorOf([] { ops::cat({ones({2}), full({}, 1.0)}); }), HasSubstr("zero-dimensional tensor (at position 1)"));
 }
 

@@ -362,11 +362,10 @@ Tensor matmul_kernel(const Tensor& a, const Tensor& b) {
   if (b.dim() > 1) out_shape.push_back(m);
   const ScalarType dt = a.dtype();
   if (!kCompute) return empty(out_shape, like(a, dt));
-  // PyTorch's kernels (dot, mv, mm, bmm) have no bool form; its meta kernel does not
-  // look, and neither does the one above.
-  // Like theirs, it refuses only a product it would compute: dot always, the others
-  // when the result has elements and the inner size is not 0. The name is the kernel
-  // PyTorch's matmul reaches for those ranks.
+  // PyTorch's kernels (dot, mv, mm, bmm) have no bool form, and refuse only a product
+  // they would compute: dot always, the others when the result has elements and the
+  // inner size is not 0. Its meta kernel does not look, nor does the one above. The
+  // name is the kernel PyTorch's matmul reaches for those ranks.
   if (dt == ScalarType::Bool) {
     int64_t out_numel = 1;
     for (int64_t s : out_shape) out_numel *= s;
@@ -602,10 +601,6 @@ Tensor stack_kernel(const std::vector<Tensor>& ts, int64_t dim) {
 
 Tensor clone_kernel(const Tensor& a) { return a.clone(); }
 Tensor& copy_kernel(Tensor& self, const Tensor& src, bool /*non_blocking*/) {
-  if (src.unsafeGetTensorImpl() == self.unsafeGetTensorImpl()) {
-    self.copy_(src);  // itself: counted, nothing moved (Tensor::copy_)
-    return self;
-  }
   const std::vector<int64_t> shape = ops::broadcastShapes(self.sizes(), src.sizes());
   STRATA_CHECK(std::equal(shape.begin(), shape.end(), self.sizes().begin(), self.sizes().end()), Value,
                "core::copy_: the source of shape ", shapeStr(src.sizes()),
