@@ -14,11 +14,15 @@
 
 #include <benchmark/benchmark.h>
 
+#include "bench_context.h"
+
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace {
+
+const bool kCpuContext = strata::bench::addCpuContext();
 
 at::Tensor ident_cpu(const at::Tensor& x) { return x; }
 at::Tensor muladd_cpu(const at::Tensor& a, const at::Tensor&, double) { return a; }

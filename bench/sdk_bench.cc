@@ -2,10 +2,13 @@
 // box and describe its arguments. Run: build/bin/strata_bench
 #include <benchmark/benchmark.h>
 
+#include "bench_context.h"
 #include "strata/strata.h"
 
 namespace strata {
 namespace {
+
+const bool kCpuContext = bench::addCpuContext();
 
 constexpr const char* kAddOut =
     "aten::add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)";

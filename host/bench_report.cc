@@ -238,6 +238,29 @@ QString formatNs(double ns) {
   return num(ns, ns >= 100 ? 0 : 2) + " ns";
 }
 
+QString machineSummary(const QJsonObject& context) {
+  QStringList parts;
+  if (const QString cpu = context["cpu_model"].toString(); !cpu.isEmpty()) parts << cpu;
+  const int cpus = context["num_cpus"].toInt(), mhz = context["mhz_per_cpu"].toInt();
+  if (cpus > 0) parts << QString("%1 CPU%2").arg(cpus).arg(cpus == 1 ? "" : "s") + (mhz > 0 ? QString(" at %1 MHz").arg(mhz) : "");
+  return parts.isEmpty() ? QString("an unnamed machine") : parts.join(", ");
+}
+
+QString peerMachineMismatch(const BenchRun& strata, const BenchRun& peer) {
+  QStringList differences;
+  for (const char* key : {"cpu_model", "host_name"}) {
+    const QString ours = strata.context[key].toString(), theirs = peer.context[key].toString();
+    if (!ours.isEmpty() && !theirs.isEmpty() && ours != theirs) {
+      differences << QString("%1 '%2' against this run's '%3'").arg(key, theirs, ours);
+    }
+  }
+  const int ours = strata.context["num_cpus"].toInt(), theirs = peer.context["num_cpus"].toInt();
+  if (ours > 0 && theirs > 0 && ours != theirs) differences << QString("num_cpus %1 against %2").arg(theirs).arg(ours);
+  if (differences.isEmpty()) return {};
+  return "the peer's results were measured on another machine (" + differences.join("; ") +
+         "): a ratio holds only on the machine it was measured on, so run both on one";
+}
+
 void checkCudaGoals(const BenchRun& strata, std::vector<BenchGoal>& goals);
 
 std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer, const PythonAnchors* python) {
@@ -513,11 +536,9 @@ QString renderSvg(const BenchRun& strata, const BenchRun* peer, const QString& p
   s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   QString host = strata.context["host_name"].toString();
   s += QString("<text x=\"10\" y=\"22\" font-size=\"16\" font-weight=\"bold\">Strata dispatch benchmarks: cost per "
-               "call (log scale)</text>\n<text x=\"10\" y=\"42\" fill=\"#555\">%1 CPUs at %2 MHz%3; %4</text>\n")
-           .arg(strata.context["num_cpus"].toInt())
-           .arg(strata.context["mhz_per_cpu"].toInt())
-           .arg(host.isEmpty() ? "" : " (" + xmlEscape(host) + ")")
-           .arg(xmlEscape(strata.context["date"].toString()));
+               "call (log scale)</text>\n<text x=\"10\" y=\"42\" fill=\"#555\">%1%2; %3</text>\n")
+           .arg(xmlEscape(machineSummary(strata.context)), host.isEmpty() ? QString() : " (" + xmlEscape(host) + ")",
+                xmlEscape(strata.context["date"].toString()));
   if (rows.empty()) {
     s += "<text x=\"10\" y=\"80\">no results</text>\n</svg>\n";
     return s;

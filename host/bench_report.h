@@ -1,5 +1,5 @@
 // Reading Google Benchmark's JSON output, pairing Strata's scenarios with a peer's
-// (PyTorch's dispatcher, "libtorch/<scenario>"), checking issue 6's goals, and
+// (PyTorch's dispatcher, "libtorch/<scenario>"), checking the benchmark goals, and
 // drawing the results as SVG. What `strata bench` prints and writes.
 #pragma once
 
@@ -71,7 +71,7 @@ std::optional<PythonAnchors> parsePythonAnchors(const QByteArray& text, QString*
 // vmap/muladd_rule/8; empty when none does.
 QString anchorScenario(const QString& anchor);
 
-// Issue 6's goals, each with what was measured; a goal whose inputs were not run
+// The benchmark goals, each with what was measured; a goal whose inputs were not run
 // (or need a peer that was not given) is left out. The CUDA goals whose scenarios
 // ran but were skipped (no device) are kept, marked unmeasured with the reason.
 struct BenchGoal {
@@ -92,6 +92,16 @@ std::vector<BenchGoal> checkGoals(const BenchRun& strata, const BenchRun* peer,
 
 // A time for people: "3.45 ns", "2.10 us", "153 ms".
 QString formatNs(double ns);
+
+// The machine a run's context names: "AMD EPYC (AuthenticAMD, family 26, model 2), 2
+// CPUs at 2096 MHz". The benchmark binaries record the CPU ("cpu_model"); a file
+// from before they did names only the count and clock.
+QString machineSummary(const QJsonObject& context);
+
+// Empty when the peer's results could come from the machine of Strata's run; else a
+// sentence saying that they do not, and how the two differ. Ratios hold only on one
+// machine (an Intel and an AMD VM give different ones for the same code).
+QString peerMachineMismatch(const BenchRun& strata, const BenchRun& peer);
 
 // An SVG of the cost per call of every scenario (log scale, the peer's beside
 // Strata's) and of mode_stack/N against N with its fitted line.

@@ -242,6 +242,12 @@ int runBenchCommand(const QStringList& args) {
   const BenchRun* peer_ptr = peer_run ? &*peer_run : nullptr;
   const QString label = peer == "libtorch" || peer.isEmpty() ? "libtorch" : QFileInfo(peer).completeBaseName();
 
+  out << "machine: " << machineSummary(strata_run->context) << "\n";
+  if (peer_ptr != nullptr) {
+    if (const QString why = peerMachineMismatch(*strata_run, *peer_ptr); !why.isEmpty()) {
+      err << "warning: --peer " << peer << ": " << why << "\n";
+    }
+  }
   // The table: every Strata result, and the peer's beside it where there is one.
   std::map<QString, double> theirs;
   std::map<QString, const BenchResult*> peer_results;

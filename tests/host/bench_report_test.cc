@@ -264,6 +264,43 @@ TEST(BenchReport, TheChartHasABarPerScenarioAndTheModeStackLine) {
 // The CUDA goals: measured (met and missed) from a document as the GPU writes it,
 // and unmeasured, with the reason, when the scenarios were skipped for want of a
 // device. Never a figure that was not measured.
+TEST(BenchReport, TheMachineIsNamedAndAPeerFromAnotherIsFlagged) {
+  auto run = [](const QJsonObject& context) {
+    QString error;
+    auto r = parseBenchmarkJson(
+        QJsonDocument(QJsonObject{{"context", context}, {"benchmarks", QJsonArray{entry("unboxed/ident", 3)}}}).toJson(),
+        &error);
+    EXPECT_TRUE(r.has_value()) << error.toStdString();
+    return *r;
+  };
+  const QJsonObject amd{{"cpu_model", "AMD EPYC (AuthenticAMD, family 26, model 2)"},
+                        {"host_name", "vm"},
+                        {"num_cpus", 2},
+                        {"mhz_per_cpu", 2096}};
+  EXPECT_EQ(machineSummary(amd), "AMD EPYC (AuthenticAMD, family 26, model 2), 2 CPUs at 2096 MHz");
+  EXPECT_EQ(machineSummary(QJsonObject{{"num_cpus", 1}}), "1 CPU");
+  EXPECT_EQ(machineSummary(QJsonObject{}), "an unnamed machine");
+  const BenchRun ours = run(amd);
+  EXPECT_THAT(renderSvg(ours, nullptr, "libtorch").toStdString(),
+              HasSubstr(">AMD EPYC (AuthenticAMD, family 26, model 2), 2 CPUs at 2096 MHz (vm); </text>"));
+
+  // The same machine, or a file that does not say which: no warning.
+  EXPECT_EQ(peerMachineMismatch(ours, run(amd)), "");
+  EXPECT_EQ(peerMachineMismatch(ours, run(QJsonObject{{"num_cpus", 2}})), "");
+  // Another CPU, or another host.
+  QJsonObject intel = amd;
+  intel["cpu_model"] = "Intel(R) Xeon(R) Processor (GenuineIntel, family 6, model 167)";
+  const std::string why = peerMachineMismatch(ours, run(intel)).toStdString();
+  EXPECT_THAT(why, HasSubstr("another machine (cpu_model 'Intel(R) Xeon(R) Processor (GenuineIntel, family 6, "
+                             "model 167)' against this run's 'AMD EPYC (AuthenticAMD, family 26, model 2)')"));
+  EXPECT_THAT(why, HasSubstr("a ratio holds only on the machine it was measured on"));
+  QJsonObject other_host = amd;
+  other_host["host_name"] = "builder-7";
+  other_host["num_cpus"] = 16;
+  EXPECT_THAT(peerMachineMismatch(ours, run(other_host)).toStdString(),
+              HasSubstr("(host_name 'builder-7' against this run's 'vm'; num_cpus 16 against 2)"));
+}
+
 TEST(BenchReport, CudaGoalsAreMetMissedOrUnmeasured) {
   auto bw = [](const QString& name, double gbs) {
     QJsonObject e = entry(name + "/manual_time", 1, "ms");

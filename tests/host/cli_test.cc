@@ -1843,8 +1843,11 @@ TEST(BenchCommand, RunsTheSuiteShowsProgressAndWritesJsonAndSvg) {
   EXPECT_THAT(r.out, HasSubstr("[strata 1/5] direct_call"));
   EXPECT_THAT(r.out, HasSubstr("[strata 5/5] mode_stack/2"));
   EXPECT_THAT(r.out, ::testing::ContainsRegex("\nunboxed/ident +[0-9.]+ ns\n"));
+  // The machine is named, as /proc/cpuinfo names it, in the output and in the JSON.
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\nmachine: [^\n]+, [0-9]+ CPUs? at [0-9]+ MHz\n"));
   std::ifstream json(dir + "/b.json");
   const std::string j((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(j, ::testing::ContainsRegex("\"cpu_model\": \"[^\"]+\""));
   EXPECT_THAT(j, HasSubstr("\"name\": \"unboxed/ident\""));
   EXPECT_THAT(j, HasSubstr("\"real_time\""));
   std::ifstream svg(dir + "/b.svg");
@@ -1869,10 +1872,22 @@ TEST(BenchCommand, PrintsRatiosAgainstAPeerFile) {
   EXPECT_THAT(r.out, ::testing::ContainsRegex("scenario +strata +peer +ratio\n"));
   EXPECT_THAT(r.out, ::testing::ContainsRegex("unboxed/ident +[0-9.]+ ns +1.0 ms +0.00\n"));
   EXPECT_THAT(r.out, HasSubstr("met     unboxed/ident at most 0.5x PyTorch's"));
+  // A file that names no machine could be this one's: no warning.
+  EXPECT_THAT(r.out, Not(HasSubstr("another machine")));
   std::ifstream json(dir + "/b.json");
   const std::string j((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
   EXPECT_THAT(j, HasSubstr("\"ratios\""));
   EXPECT_THAT(j, HasSubstr("\"peer_ns\": 1000000"));
+
+  // One measured on another CPU still pairs, with a warning that its ratios say little.
+  std::ofstream(dir + "/other.json") << R"json({"context": {"cpu_model": "Some Other CPU (family 1, model 1)"},
+    "benchmarks": [{"name": "libtorch/unboxed/ident", "run_name": "libtorch/unboxed/ident", "run_type": "iteration",
+     "real_time": 1000000, "cpu_time": 1000000, "time_unit": "ns"}]})json";
+  r = run("bench --filter '^unboxed/ident$' --min-time 0.01 --peer " + dir + "/other.json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("warning: --peer " + dir + "/other.json: the peer's results were measured on another "
+                               "machine (cpu_model 'Some Other CPU (family 1, model 1)' against this run's '"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("unboxed/ident +[0-9.]+ ns +1.0 ms +0.00\n"));
   std::system(("rm -rf " + dir).c_str());
 }
 #endif
