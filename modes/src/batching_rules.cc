@@ -75,9 +75,15 @@ VmapRule binary(OperatorHandle op) {
     Tensor x = args[0].toTensor(), y = args[1].toTensor();
     const int64_t rx = rankOf(x, in_dims[0]), ry = rankOf(y, in_dims[1]);
     if (x.dtype() != y.dtype()) {
+      // The op promotes the values it is given, where a batched 0-d tensor is 1-d ([B]).
+      // Only where that would differ from the logical promotion (a batched 0-d beside a
+      // dimensioned tensor of its category) are both cast; otherwise the op sees its
+      // operands' own dtypes, and its own checks (sub refuses a bool) still run.
       const ScalarType dt = logicalResultType(x.dtype(), rx == 0, y.dtype(), ry == 0);
-      x = ops::to(x, dt);
-      y = ops::to(y, dt);
+      if (dt != logicalResultType(x.dtype(), !in_dims[0] && rx == 0, y.dtype(), !in_dims[1] && ry == 0)) {
+        x = ops::to(x, dt);
+        y = ops::to(y, dt);
+      }
     }
     const int64_t r = std::max(rx, ry);
     if (in_dims[0]) x = padTo(front(x, in_dims[0]), rx, r);
@@ -316,7 +322,18 @@ VmapRule stackLike(bool cat) {
   };
 }
 
-// copy_(self!, src): self must be batched; src is broadcast to it.
+// A tensor's sizes without its batch dim (the shape each example sees).
+std::vector<int64_t> logicalSizes(const Tensor& v, Dim bdim) {
+  std::vector<int64_t> sizes(v.sizes().begin(), v.sizes().end());
+  if (bdim) sizes.erase(sizes.begin() + *bdim);
+  return sizes;
+}
+
+// copy_(self!, src): self must be batched; src is broadcast to each example's self,
+// as the plain op broadcasts it to self. That is checked on the logical shapes, so
+// errors name the shapes each example has, and because the physical [B, ...] self
+// would also take an unbatched src of one more dim whose first size is B (or 1),
+// each example then getting a row that is not its own.
 VmapRule copyRule(OperatorHandle op) {
   return [op](const VmapInfo&, const InDims& in_dims, Stack& args) {
     STRATA_CHECK(in_dims[0].has_value(), Value,
@@ -326,8 +343,14 @@ VmapRule copyRule(OperatorHandle op) {
                  "core::copy_.");
     const Tensor& self = args[0].toTensor();
     const int64_t rank = rankOf(self, in_dims[0]);
-    Tensor dst = front(self, in_dims[0]);  // a view: the copy writes into self
     Tensor src = args[1].toTensor();
+    {
+      const std::vector<int64_t> dst_shape = logicalSizes(self, in_dims[0]), src_shape = logicalSizes(src, in_dims[1]);
+      const std::vector<int64_t> shape = ops::broadcastShapes(dst_shape, src_shape);
+      STRATA_CHECK(shape == dst_shape, Value, "core::copy_: the source of shape ", sym::shapeStr(src_shape),
+                   " cannot be broadcast to the destination's shape ", sym::shapeStr(dst_shape));
+    }
+    Tensor dst = front(self, in_dims[0]);  // a view: the copy writes into self
     if (in_dims[1]) src = padTo(front(src, in_dims[1]), rankOf(src, in_dims[1]), rank);
     Stack call{IValue(dst), IValue(src), args[2]};
     op.callBoxed(call);

@@ -1109,6 +1109,16 @@ const RuleCase kRuleCases[] = {
        ops::copy_(dst, t[1]);
        return dst;
      }},
+    {"copy_unbatched_src_into_clone", {{2, 3}, {2, 1}}, {true, false},
+     [](V t) {
+       Tensor dst = ops::clone(t[0]);
+       ops::copy_(dst, t[1]);
+       return dst;
+     }},
+    {"add_bool_int", {{3}, {3}}, {true, false}, [](V t) { return ops::add(t[0], t[1]); }, ScalarType::Float,
+     {ScalarType::Bool, ScalarType::Int}},
+    {"mul_int_zero_dim_bool", {{}, {3}}, {true, true}, [](V t) { return ops::mul(t[0], t[1]); }, ScalarType::Float,
+     {ScalarType::Long, ScalarType::Bool}},
     {"fill_into_clone", {{2, 3}}, {true},
      [](V t) {
        Tensor dst = ops::clone(t[0]);
@@ -1125,6 +1135,55 @@ const RuleCase kRuleCases[] = {
 
 INSTANTIATE_TEST_SUITE_P(EveryCoreOp, CoreBatchingRules, ::testing::ValuesIn(kRuleCases),
                          [](const ::testing::TestParamInfo<RuleCase>& info) { return info.param.name; });
+
+// Where each example's call fails, vmap fails with the same message: a rule must not
+// make a call valid that is not (torch.vmap is the loop, stacked).
+TEST(CoreBatchingRules, FailWhereTheLoopFailsWithItsMessage) {
+  struct Case {
+    std::string name;
+    std::vector<Tensor> in;
+    std::vector<Dim> dims;
+    std::function<Tensor(const std::vector<Tensor>&)> fn;
+  };
+  auto copy_into_clone = [](V t) {
+    Tensor dst = ops::clone(t[0]);
+    ops::copy_(dst, t[1]);
+    return dst;
+  };
+  const Tensor bools = from_vector<bool>({true, false, true});
+  const Case cases[] = {
+      // An unbatched src with one dim more than each example's self: its first dim
+      // lines up with the batch, which the physical [B, 3] self would take.
+      {"copy_src_of_more_dims", {ops::zeros({2, 3}), from_vector<float>({1, 2}, std::vector<int64_t>{2, 1})}, {0, std::nullopt},
+       copy_into_clone},
+      {"copy_src_into_zero_dim", {ops::zeros({3}), from_vector<float>({1, 2, 3})}, {0, std::nullopt}, copy_into_clone},
+      {"copy_batched_src_of_more_dims", {ops::zeros({2, 3}), ops::ones({2, 4, 3})}, {0, 0}, copy_into_clone},
+      {"copy_batched_src_mismatch", {ops::zeros({2, 3}), ops::ones({2, 2})}, {0, 0}, copy_into_clone},
+      // sub refuses a bool operand; the rule's promotion must not hide it.
+      {"sub_bool_int", {bools, from_vector<int32_t>({3, -2, 1})}, {0, 0},
+       [](V t) { return ops::sub(t[0], t[1]); }},
+      {"sub_bool_float_unbatched", {bools.reshape({3, 1}), from_vector<float>({1, 2})}, {0, std::nullopt},
+       [](V t) { return ops::sub(t[0], t[1]); }},
+  };
+  for (const Case& c : cases) {
+    std::string want;
+    try {
+      loop(c.fn, c.in, c.dims);
+    } catch (const Error& e) {
+      want = e.what();
+    }
+    ASSERT_FALSE(want.empty()) << c.name << ": the loop did not fail";
+    modes::set_vmap_fallback_enabled(false);  // the rule must be what fails
+    std::string got;
+    try {
+      vmap([&](const std::vector<Tensor>& ts) { return c.fn(ts); }, {DimEntry(c.dims)})(c.in);
+    } catch (const Error& e) {
+      got = e.what();
+    }
+    modes::set_vmap_fallback_enabled(true);
+    EXPECT_EQ(got, want) << c.name;
+  }
+}
 
 TEST(CoreBatchingRulesList, EveryCoreOpWithATensorArgumentHasARuleButAllclose) {
   std::vector<std::string> without;
