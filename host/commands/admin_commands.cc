@@ -939,8 +939,9 @@ int runKernelCommand(const QStringList& args) {
     }
     if (std::find(known.begin(), known.end(), op.str()) == known.end()) {
       warning = "warning: no bundle recorded in " + storeOption(parser) + " defines " + q(op.str()) +
-                " (a host records what it loads there: strata serve, or any command given --db and a store "
-                "that exists); the change is kept and applies when a bundle that defines it loads" +
+                " (a serving host records what it loads there: strata serve, or an application that embeds the "
+                "host); the change is kept, and applies wherever a bundle that defines it loads with this store "
+                "(a host, or a command such as strata call)" +
                 q(didYouMean(op.str(), known));
     } else {
       // A known op with nothing at this key: the toggle changes nothing until something is.

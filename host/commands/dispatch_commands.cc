@@ -64,19 +64,26 @@ std::string whyMissing(const Session& session, const OperatorName& op) {
       }
     }
   }
+  const std::vector<std::string> live = liveOperatorNames();
+  const bool namespace_served = std::any_of(live.begin(), live.end(), [&](const std::string& n) {
+    return n.size() > ns.size() + 2 && n.starts_with(ns) && n.compare(ns.size(), 2, "::") == 0;
+  });
   for (const db::HostBundleRow& row : session.host->view()) {
     if (row.state != "disabled" && row.state != "rejected") continue;
     // Only a file whose metadata the host read (it has a version): one refused before
     // that (a FIFO, an insecure or untrusted file) is never parsed (Note [Plugin trust]).
     if (row.version.empty()) continue;
     const BundleFile f = readBundleFile(QString::fromStdString(row.path));
-    if (!f.metadata || !f.metadata->defines.contains(QString::fromStdString(ns))) continue;
+    // It lists the namespace; or, where nothing loaded defines it, the bundle was
+    // rejected for defining it without listing it.
+    const bool names_ns = f.metadata && f.metadata->defines.contains(QString::fromStdString(ns));
+    if (!names_ns && (namespace_served || row.reason.find("namespace '" + ns + "'") == std::string::npos)) continue;
     if (row.state == "disabled") {
       return " (" + row.reason + ", which defines namespace " + ns + "; `strata plugins enable " + row.name +
              "` loads it again)";
     }
-    return " (bundle " + row.name + "@" + row.version + ", which defines namespace " + ns +
-           ", was rejected: " + row.reason + ")";
+    return " (bundle " + row.name + "@" + row.version + (names_ns ? ", which defines namespace " + ns + "," : "") +
+           " was rejected: " + row.reason + ")";
   }
   // Files refused unread (in an insecure directory, insecure or untrusted themselves):
   // any of them may be the one that defines it.

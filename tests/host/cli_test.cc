@@ -1185,6 +1185,32 @@ TEST(AdminCommands, AnOpOfADisabledBundleIsMissingAndTheErrorSaysWhy) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// An op of a bundle rejected for defining a namespace its bundle.json does not list:
+// the error names the bundle and the reason, not only the missing op.
+TEST(AdminCommands, AnOpOfABundleRejectedForAnUnlistedNamespaceSaysWhy) {
+  char tmpl[] = "/tmp/strata-unlisted-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  ASSERT_EQ(std::system(("mkdir -p " + dir + "/p && cp " STRATA_BUILD_DIR "/tests/bundles/libstatic_undeclared.so " +
+                         dir + "/p")
+                            .c_str()),
+            0);
+  const std::string args = " --plugins " + dir + "/p --db " + dir + "/s.db";
+  Result r = run("call not_in_metadata::sneaky 'ones(2)'" + args);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("no operator named not_in_metadata::sneaky (bundle static_undeclared@1.0.0 was "
+                               "rejected: it defines operators in namespace 'not_in_metadata', which bundle.json does "
+                               "not list in \"defines\")"));
+  // The namespace it lists: the same bundle, said to define it.
+  r = run("call static_undeclared::ok 'ones(2)'" + args);
+  EXPECT_THAT(r.out, HasSubstr("no operator named static_undeclared::ok (bundle static_undeclared@1.0.0, which defines "
+                               "namespace static_undeclared, was rejected: "));
+  // A namespace something loaded serves: a missing op there is a typo, not that bundle's.
+  ASSERT_EQ(std::system(("cp " STRATA_PLUGIN_BUILD_DIR "/libmylib.so " + dir + "/p").c_str()), 0);
+  r = run("call mylib::sinn 'ones(2)'" + args);
+  EXPECT_THAT(r.out, HasSubstr("error: no operator named mylib::sinn; did you mean mylib::sin?\n"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
 // `strata audit --verify`: the chain holds after honest changes, and an edit made with
 // the sqlite3 shell around the triggers is named by its row, exit code 1.
 TEST(AdminCommands, AuditVerifyFindsAnEditMadeWithTheSqliteShell) {
@@ -1227,9 +1253,9 @@ TEST(AdminCommands, TogglesAndPinsCheckTheirNamesAndSayWhatWillHappen) {
   EXPECT_THAT(r.out, HasSubstr("did you mean core::add.Scalar or core::add.Tensor?"));
   r = run("kernel disable acme::relu7 cpu --actor ann" + db);
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("warning: no bundle recorded in " + dir + "/s.db defines acme::relu7 (a host records "
-                               "what it loads there"));
-  EXPECT_THAT(r.out, HasSubstr("applies when a bundle that defines it loads"));
+  EXPECT_THAT(r.out, HasSubstr("warning: no bundle recorded in " + dir + "/s.db defines acme::relu7 (a serving host "
+                               "records what it loads there: strata serve, or an application that embeds the host)"));
+  EXPECT_THAT(r.out, HasSubstr("applies wherever a bundle that defines it loads with this store"));
   EXPECT_THAT(r.out, HasSubstr("disabled acme::relu7 CPU"));
   r = run("kernel disable core::add.Tensor cpu --actor ann" + db);  // a builtin op: no warning
   EXPECT_EQ(r.status, 0) << r.out;
