@@ -242,7 +242,9 @@ QString machineSummary(const QJsonObject& context) {
   QStringList parts;
   if (const QString cpu = context["cpu_model"].toString(); !cpu.isEmpty()) parts << cpu;
   const int cpus = context["num_cpus"].toInt(), mhz = context["mhz_per_cpu"].toInt();
-  if (cpus > 0) parts << QString("%1 CPU%2").arg(cpus).arg(cpus == 1 ? "" : "s") + (mhz > 0 ? QString(" at %1 MHz").arg(mhz) : "");
+  if (cpus > 0) {
+    parts << QString("%1 CPU%2").arg(cpus).arg(cpus == 1 ? "" : "s") + (mhz > 0 ? QString(" at %1 MHz").arg(mhz) : "");
+  }
   return parts.isEmpty() ? QString("an unnamed machine") : parts.join(", ");
 }
 

@@ -74,10 +74,13 @@ std::string whyMissing(const Session& session, const OperatorName& op) {
     // that (a FIFO, an insecure or untrusted file) is never parsed (Note [Plugin trust]).
     if (row.version.empty()) continue;
     const BundleFile f = readBundleFile(QString::fromStdString(row.path));
-    // It lists the namespace; or, where nothing loaded defines it, the bundle was
-    // rejected for defining it without listing it.
+    // It lists the namespace; or, where nothing loaded defines it, the host rejected it
+    // for defining that namespace without listing it (an admin's reason for disabling
+    // a bundle is free text, and is not read for this).
     const bool names_ns = f.metadata && f.metadata->defines.contains(QString::fromStdString(ns));
-    if (!names_ns && (namespace_served || row.reason.find("namespace '" + ns + "'") == std::string::npos)) continue;
+    const bool rejected_for_ns = row.state == "rejected" && !namespace_served &&
+                                 row.reason.find("namespace '" + ns + "'") != std::string::npos;
+    if (!names_ns && !rejected_for_ns) continue;
     if (row.state == "disabled") {
       return " (" + row.reason + ", which defines namespace " + ns + "; `strata plugins enable " + row.name +
              "` loads it again)";

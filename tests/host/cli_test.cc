@@ -1182,6 +1182,12 @@ TEST(AdminCommands, AnOpOfADisabledBundleIsMissingAndTheErrorSaysWhy) {
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr("no operator named mylib::sin (an admin disabled bundle mylib: wrong on AVX-512, which "
                                "defines namespace mylib; `strata plugins enable mylib` loads it again)"));
+  // An admin's reason is free text: one that names another namespace does not make
+  // the disabled bundle that namespace's.
+  ASSERT_EQ(run("plugins disable mylib --reason \"clashes with namespace 'acme'\" --db " + dir + "/s.db").status, 0);
+  const Result other = run("call acme::relu 'ones(2)'" + args);
+  EXPECT_EQ(other.status, 1) << other.out;
+  EXPECT_THAT(other.out, HasSubstr("error: no operator named acme::relu\n"));
   std::system(("rm -rf " + dir).c_str());
 }
 

@@ -1154,7 +1154,9 @@ TEST(CoreBatchingRules, FailWhereTheLoopFailsWithItsMessage) {
   const Case cases[] = {
       // An unbatched src with one dim more than each example's self: its first dim
       // lines up with the batch, which the physical [B, 3] self would take.
-      {"copy_src_of_more_dims", {ops::zeros({2, 3}), from_vector<float>({1, 2}, std::vector<int64_t>{2, 1})}, {0, std::nullopt},
+      {"copy_src_of_more_dims",
+       {ops::zeros({2, 3}), from_vector<float>({1, 2}, std::vector<int64_t>{2, 1})},
+       {0, std::nullopt},
        copy_into_clone},
       {"copy_src_into_zero_dim", {ops::zeros({3}), from_vector<float>({1, 2, 3})}, {0, std::nullopt}, copy_into_clone},
       {"copy_batched_src_of_more_dims", {ops::zeros({2, 3}), ops::ones({2, 4, 3})}, {0, 0}, copy_into_clone},
